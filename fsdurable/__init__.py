@@ -1,0 +1,74 @@
+"""fsdurable: crash-durable agent turns on plain files.
+
+One versioned JSON file per session, one small marker file per interrupted turn, and a recovery
+engine that finds every interrupted turn with one directory listing. See README.md.
+
+The public names below are loaded on first use, so ``import fsdurable`` stays cheap at startup.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Config": "._config",
+    "DEFAULT_CONFIG": "._config",
+    "ConflictError": "._errors",
+    "FsDurableError": "._errors",
+    "InvalidSessionId": "._errors",
+    "InvalidState": "._errors",
+    "LockTimeout": "._errors",
+    "SessionNotFound": "._errors",
+    "StorageError": "._errors",
+    "TurnStateError": "._errors",
+    "UnreadableState": "._errors",
+    "Event": "._model",
+    "LedgerEntry": "._model",
+    "Marker": "._model",
+    "Message": "._model",
+    "Session": "._model",
+    "ToolCall": "._model",
+    "Turn": "._model",
+    "Store": "._store",
+    "default_root": "._store",
+    "validate_session_id": "._layout",
+    "Finding": "._doctor",
+    "doctor": "._doctor",
+}
+
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fsdurable' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:
+    from ._config import DEFAULT_CONFIG, Config
+    from ._doctor import Finding, doctor
+    from ._errors import (
+        ConflictError,
+        FsDurableError,
+        InvalidSessionId,
+        InvalidState,
+        LockTimeout,
+        SessionNotFound,
+        StorageError,
+        TurnStateError,
+        UnreadableState,
+    )
+    from ._layout import validate_session_id
+    from ._model import Event, LedgerEntry, Marker, Message, Session, ToolCall, Turn
+    from ._store import Store, default_root

@@ -1,0 +1,337 @@
+"""Pure encode/parse functions for every on-disk format, versioned, with migrations.
+
+Each file carries ``"format": "fsdurable.<kind>/<n>"``. Parsing is strict: a wrong type is an error,
+never a coercion (cattrs turns ``1`` into ``"1"`` by default; the converter below does not).
+Unknown keys are ignored (a newer writer may add some); an unknown version or kind raises
+``UnreadableState`` so the caller can quarantine the file. Older versions are migrated on parse.
+
+Markers and events are parsed by hand with the stdlib ``json`` (tiny files on the startup path: no
+cattrs, no orjson import); sessions use cattrs and orjson, imported on first use.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+from ._errors import InvalidState, UnreadableState
+from ._model import Event, Manifest, Marker, Session
+
+SESSION_FORMAT = "fsdurable.session/2"
+MARKER_FORMAT = "fsdurable.marker/1"
+EVENT_FORMAT = "fsdurable.event/1"
+MANIFEST_FORMAT = "fsdurable/1"
+CURRENT = {"session": 2, "marker": 1, "event": 1}
+
+# (kind, from_version) -> function turning that version's dict into the next version's dict.
+MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def migration(kind: str, from_version: int) -> Callable[
+    [Callable[[dict[str, Any]], dict[str, Any]]], Callable[[dict[str, Any]], dict[str, Any]]
+]:
+    def register(fn: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[
+        [dict[str, Any]], dict[str, Any]
+    ]:
+        MIGRATIONS[(kind, from_version)] = fn
+        return fn
+
+    return register
+
+
+@migration("session", 1)
+def _session_1_to_2(d: dict[str, Any]) -> dict[str, Any]:
+    """Session v1 had ``created``/``updated``, ``turn.attempts``, ``messages[].text`` and no
+    ``route_key``."""
+    d = dict(d)
+    d["created_at"] = d.pop("created", 0.0)
+    d["updated_at"] = d.pop("updated", 0.0)
+    d.setdefault("route_key", f"session:{d.get('id')}")
+    turn = d.get("turn")
+    if isinstance(turn, dict):
+        turn = dict(turn)
+        turn["resume_attempts"] = turn.pop("attempts", 0)
+        d["turn"] = turn
+    msgs = d.get("messages")
+    if isinstance(msgs, list):
+        d["messages"] = [
+            {**{k: v for k, v in m.items() if k != "text"}, "content": m.get("text", "")}
+            if isinstance(m, dict) else m
+            for m in msgs
+        ]
+    d["format"] = "fsdurable.session/2"
+    return d
+
+
+# ---------------------------------------------------------------- generic helpers
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    d = dict(pairs)
+    if len(d) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise ValueError(f"duplicate key {dup!r}")
+    return d
+
+
+def loads_strict(data: bytes, *, path: str | None = None) -> dict[str, Any]:
+    """Parse a small JSON object strictly: UTF-8 without BOM, no NaN, no duplicate keys."""
+    try:
+        text = data.decode("utf-8")
+        if text.startswith("\ufeff"):
+            raise ValueError("byte order mark")
+        obj = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as e:
+        raise UnreadableState(f"not valid JSON: {e}", path=path, reason="invalid_json") from e
+    if not isinstance(obj, dict):
+        raise UnreadableState("not a JSON object", path=path, reason="invalid_json")
+    return obj
+
+
+def split_format(d: dict[str, Any], *, path: str | None = None) -> tuple[str, int]:
+    """``"fsdurable.<kind>/<n>"`` -> (kind, n); UnreadableState if missing or malformed."""
+    fmt = d.get("format")
+    if not isinstance(fmt, str) or not fmt.startswith("fsdurable.") or "/" not in fmt:
+        raise UnreadableState(f"no fsdurable format tag: {fmt!r}", path=path, reason="no_format")
+    kind, _, ver = fmt[len("fsdurable."):].partition("/")
+    if not ver.isdigit():
+        raise UnreadableState(f"bad format tag {fmt!r}", path=path, reason="no_format")
+    return kind, int(ver)
+
+
+def upgrade(d: dict[str, Any], kind: str, *, path: str | None = None) -> tuple[dict[str, Any], bool]:
+    """Migrate ``d`` to the current version of ``kind``; returns (dict, migrated?)."""
+    got, ver = split_format(d, path=path)
+    if got != kind:
+        raise UnreadableState(f"expected a {kind} file, got {got!r}", path=path, reason="wrong_kind")
+    current = CURRENT[kind]
+    if ver > current:
+        raise UnreadableState(
+            f"{kind} format version {ver} is newer than this fsdurable ({current})",
+            path=path, reason="unknown_version",
+        )
+    migrated = False
+    while ver < current:
+        step = MIGRATIONS.get((kind, ver))
+        if step is None:
+            raise UnreadableState(
+                f"no migration for {kind} version {ver}", path=path, reason="unknown_version"
+            )
+        d = step(d)
+        ver += 1
+        migrated = True
+    return d, migrated
+
+
+def _field(d: dict[str, Any], key: str, typ: type | tuple[type, ...], path: str | None,
+           *, optional: bool = False) -> Any:
+    if key not in d:
+        if optional:
+            return None
+        raise UnreadableState(f"missing field {key!r}", path=path, reason="missing_field")
+    v = d[key]
+    if v is None and optional:
+        return None
+    ok = isinstance(v, typ) and not (isinstance(v, bool) and bool not in _tuple(typ))
+    if ok and isinstance(v, float) and not math.isfinite(v):
+        ok = False
+    if not ok:
+        raise UnreadableState(
+            f"field {key!r} has the wrong type ({type(v).__name__})", path=path, reason="wrong_type"
+        )
+    return float(v) if float in _tuple(typ) else v
+
+
+def _tuple(typ: type | tuple[type, ...]) -> tuple[type, ...]:
+    return typ if isinstance(typ, tuple) else (typ,)
+
+
+_NUM = (int, float)
+
+
+def dumps_small(d: dict[str, Any]) -> bytes:
+    return (json.dumps(d, ensure_ascii=False, indent=1, allow_nan=False) + "\n").encode()
+
+
+# ---------------------------------------------------------------- marker
+
+
+def encode_marker(m: Marker) -> bytes:
+    return dumps_small({
+        "format": MARKER_FORMAT,
+        "session_id": m.session_id,
+        "turn_id": m.turn_id,
+        "session_version": m.session_version,
+        "node_id": m.node_id,
+        "route_key": m.route_key,
+        "source": m.source,
+        "started_at": m.started_at,
+        "checkpoint_at": m.checkpoint_at,
+        "resume_attempts": m.resume_attempts,
+    })
+
+
+def parse_marker(data: bytes, *, path: str | None = None) -> Marker:
+    d, _ = upgrade(loads_strict(data, path=path), "marker", path=path)
+    f = _field
+    m = Marker(
+        session_id=f(d, "session_id", str, path),
+        turn_id=f(d, "turn_id", str, path),
+        session_version=f(d, "session_version", int, path),
+        node_id=f(d, "node_id", str, path),
+        route_key=f(d, "route_key", str, path),
+        source=f(d, "source", str, path),
+        started_at=f(d, "started_at", _NUM, path),
+        checkpoint_at=f(d, "checkpoint_at", _NUM, path),
+        resume_attempts=f(d, "resume_attempts", int, path),
+    )
+    if m.resume_attempts < 0 or m.session_version < 0:
+        raise UnreadableState("negative counter in marker", path=path, reason="wrong_value")
+    return m
+
+
+# ---------------------------------------------------------------- event
+
+
+def encode_event(e: Event) -> bytes:
+    d = {"format": EVENT_FORMAT, "at": e.at, "code": e.code, "session_id": e.session_id,
+         "turn_id": e.turn_id, "node_id": e.node_id, "reason": e.reason, "detail": e.detail}
+    try:
+        return (json.dumps(d, ensure_ascii=False, separators=(",", ":"), allow_nan=False,
+                           default=str) + "\n").encode()
+    except ValueError as exc:
+        raise InvalidState(f"event is not JSON: {exc}", reason="not_json") from exc
+
+
+def parse_event(line: bytes, *, path: str | None = None) -> Event:
+    d, _ = upgrade(loads_strict(line, path=path), "event", path=path)
+    detail = d.get("detail", {})
+    if not isinstance(detail, dict):
+        raise UnreadableState("event detail is not an object", path=path, reason="wrong_type")
+    return Event(
+        at=_field(d, "at", _NUM, path),
+        code=_field(d, "code", str, path),
+        session_id=_field(d, "session_id", str, path, optional=True),
+        turn_id=_field(d, "turn_id", str, path, optional=True),
+        node_id=_field(d, "node_id", str, path, optional=True),
+        reason=_field(d, "reason", str, path, optional=True),
+        detail=detail,
+    )
+
+
+# ---------------------------------------------------------------- manifest
+
+
+def encode_manifest(m: Manifest) -> bytes:
+    return dumps_small({"format": MANIFEST_FORMAT, "store_id": m.store_id,
+                        "created_at": m.created_at})
+
+
+def parse_manifest(data: bytes, *, path: str | None = None) -> Manifest:
+    d = loads_strict(data, path=path)
+    if d.get("format") != MANIFEST_FORMAT:
+        raise UnreadableState(f"unknown store format {d.get('format')!r}", path=path,
+                              reason="unknown_version")
+    return Manifest(store_id=_field(d, "store_id", str, path),
+                    created_at=_field(d, "created_at", _NUM, path))
+
+
+# ---------------------------------------------------------------- session (cattrs + orjson)
+
+_converter: Any = None
+
+
+def _conv() -> Any:
+    """The strict cattrs converter, built on first use (keeps cattrs off the startup path)."""
+    global _converter
+    if _converter is not None:
+        return _converter
+    import cattrs
+
+    c = cattrs.Converter(forbid_extra_keys=False, detailed_validation=False)
+
+    def strict(typ: type, accept: tuple[type, ...]) -> Callable[[Any, Any], Any]:
+        def hook(v: Any, _: Any) -> Any:
+            if isinstance(v, bool) and bool not in accept:
+                raise TypeError(f"expected {typ.__name__}, got bool")
+            if not isinstance(v, accept):
+                raise TypeError(f"expected {typ.__name__}, got {type(v).__name__}")
+            if isinstance(v, float) and not math.isfinite(v):
+                raise TypeError("non-finite number")
+            return typ(v) if typ is float else v
+
+        return hook
+
+    c.register_structure_hook(str, strict(str, (str,)))
+    c.register_structure_hook(int, strict(int, (int,)))
+    c.register_structure_hook(float, strict(float, (int, float)))
+    c.register_structure_hook(bool, strict(bool, (bool,)))
+
+    def json_object(v: Any, _: Any) -> dict[str, Any]:
+        if not isinstance(v, dict):
+            raise TypeError(f"expected an object, got {type(v).__name__}")
+        return v
+
+    c.register_structure_hook_func(lambda t: t == dict[str, Any], json_object)
+
+    def seq_factory(t: Any) -> Callable[[Any, Any], Any]:
+        inner = c.get_structure_hook(t.__args__[0])
+        elem = t.__args__[0]
+
+        def hook(v: Any, _: Any) -> tuple[Any, ...]:
+            if not isinstance(v, list):
+                raise TypeError(f"expected a list, got {type(v).__name__}")
+            return tuple(inner(x, elem) for x in v)
+
+        return hook
+
+    def is_homogeneous_tuple(t: Any) -> bool:
+        args = getattr(t, "__args__", ())
+        return getattr(t, "__origin__", None) is tuple and len(args) == 2 and args[1] is Ellipsis
+
+    c.register_structure_hook_factory(is_homogeneous_tuple, seq_factory)
+    _converter = c
+    return c
+
+
+def session_to_dict(s: Session) -> dict[str, Any]:
+    d: dict[str, Any] = {"format": SESSION_FORMAT}
+    d.update(_conv().unstructure(s))
+    return d
+
+
+def encode_session(s: Session) -> bytes:
+    import orjson
+
+    d = session_to_dict(s)
+    try:
+        return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError as e:
+        raise InvalidState(f"session {s.id} is not JSON-serialisable: {e}", session_id=s.id,
+                           reason="not_json") from e
+
+
+def parse_session(data: bytes, *, path: str | None = None) -> tuple[Session, bool]:
+    """Parse a session file; returns (session, migrated?)."""
+    import orjson
+
+    try:
+        d = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise UnreadableState(f"not valid JSON: {e}", path=path, reason="invalid_json") from e
+    if not isinstance(d, dict):
+        raise UnreadableState("not a JSON object", path=path, reason="invalid_json")
+    d, migrated = upgrade(d, "session", path=path)
+    try:
+        s = _conv().structure(d, Session)
+    except Exception as e:  # cattrs raises several types; all mean "wrong shape"
+        raise UnreadableState(f"session does not match the format: {e!r}", path=path,
+                              reason="wrong_type") from e
+    return s, migrated

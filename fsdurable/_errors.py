@@ -1,0 +1,108 @@
+"""One exception base; every subclass also inherits the builtin a caller would catch.
+
+Each error carries data, not only a message: ``path``, ``session_id`` and ``reason`` (a short,
+stable, machine-readable word such as ``"oversized"`` or ``"version_mismatch"``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+class FsDurableError(Exception):
+    """Base of every error fsdurable raises on purpose."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        session_id: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = os.fspath(path) if path is not None else None
+        self.session_id = session_id
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.message
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready description (the CLI prints it with ``--json``)."""
+        return {
+            "error": type(self).__name__,
+            "message": self.message,
+            "path": self.path,
+            "session_id": self.session_id,
+            "reason": self.reason,
+        }
+
+
+class ConflictError(FsDurableError, RuntimeError):
+    """The session on disk is not at the base version the new state was derived from."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        expected: int | None = None,
+        actual: int | None = None,
+        **kw: Any,
+    ) -> None:
+        super().__init__(message, **kw)
+        self.expected = expected
+        self.actual = actual
+
+
+class SessionNotFound(FsDurableError, LookupError):
+    """No session file for that id."""
+
+
+class InvalidSessionId(FsDurableError, ValueError):
+    """The id could escape its directory or be confused with a foreign file; nothing was touched."""
+
+
+class UnreadableState(FsDurableError, ValueError):
+    """A file is not a valid fsdurable file (garbage, truncated, wrong type, unknown version, ...)."""
+
+
+class InvalidState(FsDurableError, ValueError):
+    """A value cannot be stored (not JSON-serialisable, inconsistent turn state, ...)."""
+
+
+class LockTimeout(FsDurableError, TimeoutError):
+    """A route or commit lock could not be taken in time."""
+
+
+class TurnStateError(FsDurableError, RuntimeError):
+    """The operation does not fit the session's turn state (e.g. a turn already in progress)."""
+
+
+class StorageError(FsDurableError, OSError):
+    """The disk refused an operation (ENOSPC, EIO, EACCES, read-only store, ...).
+
+    ``errno`` is the underlying error number. The last committed state is left as it was.
+    """
+
+    def __init__(self, message: str, *, errno: int | None = None, **kw: Any) -> None:
+        FsDurableError.__init__(self, message, **kw)
+        self.errno = errno
+
+    def __str__(self) -> str:
+        return self.message
+
+
+__all__ = [
+    "ConflictError",
+    "FsDurableError",
+    "InvalidSessionId",
+    "InvalidState",
+    "LockTimeout",
+    "SessionNotFound",
+    "StorageError",
+    "TurnStateError",
+    "UnreadableState",
+]

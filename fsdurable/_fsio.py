@@ -1,0 +1,283 @@
+"""Every disk operation of the store, and nothing else.
+
+All writes, fsyncs, renames, links, unlinks, mkdirs and directory fsyncs of fsdurable pass through
+the functions below, each announced to an optional *recorder* first (``set_recorder``). The
+crash-state explorer records a workload this way; fault tests make the recorder raise ``OSError``
+(ENOSPC, EIO, ...) to inject a failure at an exact operation.
+
+Durability contract of ``write_atomic`` (used by the one commit function): the bytes are written to
+a temp file beside the target (``~<name>.<random>.tmp``, a name Dropbox, Nextcloud and our
+``.stignore`` skip), the temp file is fsynced (``F_FULLFSYNC`` on macOS), renamed over the target
+(never following a symlink planted there: rename replaces the link itself), and the directory is
+fsynced. When it returns, the new content survives a power cut; if it raises, the old content is
+still under the target name and the temp file is removed.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import IO, Any
+
+from atomicwrites import AtomicWriter
+
+from ._errors import StorageError, UnreadableState
+from ._layout import TEMP_SUFFIX, temp_prefix
+
+Recorder = Callable[[str, tuple[Any, ...]], None]
+_recorder: Recorder | None = None
+
+# Errors the disk gives that a caller can do nothing about but report: they become StorageError.
+_STORAGE_ERRNOS = frozenset(
+    e for e in (errno.ENOSPC, errno.EIO, errno.EACCES, errno.EPERM, errno.EROFS,
+                getattr(errno, "EDQUOT", None)) if e is not None
+)
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+try:
+    import fcntl
+
+    _F_FULLFSYNC: int | None = getattr(fcntl, "F_FULLFSYNC", None)
+except ImportError:  # Windows
+    _F_FULLFSYNC = None
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+
+def set_recorder(recorder: Recorder | None) -> Recorder | None:
+    """Install ``recorder(op, args)`` (called before each operation); returns the previous one."""
+    global _recorder
+    previous, _recorder = _recorder, recorder
+    return previous
+
+
+def _rec(op: str, *args: Any) -> None:
+    if _recorder is not None:
+        _recorder(op, args)
+
+
+@contextmanager
+def storage_errors(path: str, what: str) -> Iterator[None]:
+    """Turn the disk's refusals into a typed StorageError carrying path and errno."""
+    try:
+        yield
+    except OSError as e:
+        if isinstance(e, StorageError) or e.errno not in _STORAGE_ERRNOS:
+            raise
+        name = errno.errorcode.get(e.errno or 0, str(e.errno))
+        raise StorageError(
+            f"{what} failed on {path}: {e.strerror or name}",
+            path=path, reason=name, errno=e.errno,
+        ) from e
+
+
+def _fsync_fd(fd: int) -> None:
+    if _F_FULLFSYNC is not None:  # macOS: plain fsync does not flush the drive's cache
+        try:
+            fcntl.fcntl(fd, _F_FULLFSYNC)
+            return
+        except OSError:
+            pass  # not supported by this filesystem: fall back to fsync
+    os.fsync(fd)
+
+
+def fsync_dir(path: str) -> None:
+    """Make the creates, renames and unlinks in directory ``path`` durable."""
+    _rec("fsync_dir", path)
+    if os.name != "posix":
+        return
+    fd = os.open(path, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+    try:
+        _fsync_fd(fd)
+    finally:
+        os.close(fd)
+
+
+class _Writer(AtomicWriter):  # type: ignore[misc]
+    """atomicwrites' fsync-and-rename, with our temp names and every step recorded."""
+
+    def __init__(self, path: str, *, overwrite: bool, durable: bool) -> None:
+        super().__init__(path, mode="wb", overwrite=overwrite)
+        self._durable = durable
+        self._tmp = ""
+
+    def get_fileobject(self, **kwargs: Any) -> IO[bytes]:
+        # mkstemp: O_CREAT|O_EXCL, mode 0600, never follows a link; keep its descriptor instead of
+        # reopening by name as atomicwrites does.
+        import tempfile
+
+        directory = os.path.dirname(self._path)
+        fd, name = tempfile.mkstemp(
+            prefix=temp_prefix(os.path.basename(self._path)), suffix=TEMP_SUFFIX, dir=directory
+        )
+        _rec("create", name)
+        self._tmp = name
+        return os.fdopen(fd, "wb")
+
+    def sync(self, f: IO[bytes]) -> None:
+        f.flush()
+        if self._durable:
+            _rec("fsync", self._tmp)
+            _fsync_fd(f.fileno())
+
+    def commit(self, f: IO[bytes]) -> None:
+        directory = os.path.dirname(self._path)
+        if self._overwrite:
+            _rec("rename", self._tmp, self._path)
+            os.replace(self._tmp, self._path)
+        else:
+            _rec("link", self._tmp, self._path)
+            os.link(self._tmp, self._path)  # fails if the target exists: no overwrite
+            _rec("unlink", self._tmp)
+            os.unlink(self._tmp)
+        if self._durable:
+            fsync_dir(directory)
+
+    def rollback(self, f: IO[bytes] | None) -> None:
+        if self._tmp:
+            _rec("unlink", self._tmp)
+            os.unlink(self._tmp)
+
+
+def write_atomic(
+    path: str, data: bytes, *, overwrite: bool = True, durable: bool = True
+) -> os.stat_result:
+    """Durably replace (or, ``overwrite=False``, create) ``path`` with ``data``.
+
+    Returns the stat of the new file (same inode after the rename), so the caller can recognise
+    its own write later without re-reading it.
+    """
+    with storage_errors(path, "write"):
+        writer = _Writer(path, overwrite=overwrite, durable=durable)
+        with writer.open() as f:
+            _rec("write", writer._tmp, data)
+            f.write(data)
+            f.flush()
+            st = os.fstat(f.fileno())
+        return st
+
+
+def read_bounded(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
+    """Read a regular file, never following a symlink and never more than ``max_bytes``.
+
+    Raises FileNotFoundError if it is missing, UnreadableState (reason ``symlink``,
+    ``not_a_file`` or ``oversized``) if it must not be read.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise UnreadableState(f"{path} is a symlink", path=path, reason="symlink") from e
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnreadableState(f"{path} is not a regular file", path=path, reason="not_a_file")
+        if st.st_size > max_bytes:
+            raise UnreadableState(
+                f"{path} is {st.st_size} bytes, over the {max_bytes}-byte limit",
+                path=path, reason="oversized",
+            )
+        chunks = []
+        left = max_bytes + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > max_bytes:  # grew while we read it
+            raise UnreadableState(
+                f"{path} is over the {max_bytes}-byte limit", path=path, reason="oversized"
+            )
+        return data, st
+    finally:
+        os.close(fd)
+
+
+def lstat(path: str) -> os.stat_result | None:
+    """The file's own stat (a link is not followed), or None if nothing is there."""
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+
+
+def unlink(path: str, *, durable: bool = True, missing_ok: bool = True) -> bool:
+    """Remove ``path`` (a link itself, never its target); True if something was removed."""
+    with storage_errors(path, "unlink"):
+        _rec("unlink", path)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+            return False
+        if durable:
+            fsync_dir(os.path.dirname(path))
+        return True
+
+
+def rename(src: str, dst: str, *, durable: bool = True) -> None:
+    """Move ``src`` to ``dst`` (replacing it) and make both directories durable."""
+    with storage_errors(src, "rename"):
+        _rec("rename", src, dst)
+        os.replace(src, dst)
+        if durable:
+            fsync_dir(os.path.dirname(dst))
+            if os.path.dirname(src) != os.path.dirname(dst):
+                fsync_dir(os.path.dirname(src))
+
+
+def makedirs(path: str, *, durable: bool = True) -> None:
+    """Create ``path`` and missing parents, mode 0700; refuse a symlink or a file in the way."""
+    with storage_errors(path, "mkdir"):
+        st = lstat(path)
+        if st is not None:
+            if not stat.S_ISDIR(st.st_mode):
+                kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a directory"
+                raise UnreadableState(f"{path} is {kind}", path=path, reason="not_a_directory")
+            return
+        parent = os.path.dirname(path)
+        if parent and parent != path:
+            makedirs(parent, durable=durable)
+        _rec("mkdir", path)
+        try:
+            os.mkdir(path, DIR_MODE)
+        except FileExistsError:
+            return makedirs(path, durable=durable)  # raced with another process: re-check it
+        os.chmod(path, DIR_MODE)  # the umask may have narrowed or widened it
+        if durable and parent:
+            fsync_dir(parent)
+
+
+def append_line(path: str, line: bytes, *, durable: bool = True) -> None:
+    """Append one line to a log file (created 0600, never through a symlink)."""
+    with storage_errors(path, "append"):
+        _rec("append", path, line)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC
+        existed = os.path.lexists(path)
+        fd = os.open(path, flags, FILE_MODE)
+        try:
+            os.write(fd, line)
+            if durable:
+                _rec("fsync", path)
+                _fsync_fd(fd)
+        finally:
+            os.close(fd)
+        if durable and not existed:
+            fsync_dir(os.path.dirname(path))
+
+
+def list_names(path: str) -> list[str]:
+    """One listing of a directory (``os.scandir``); [] if it does not exist."""
+    try:
+        with os.scandir(path) as it:
+            return [e.name for e in it]
+    except FileNotFoundError:
+        return []

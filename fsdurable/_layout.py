@@ -1,0 +1,173 @@
+"""Where every file lives, which names belong to the store, and the machine-local state dir.
+
+Pure path logic: nothing here reads or writes a file except ``node_id`` (its own tiny file).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import os
+import re
+import secrets
+
+from ._errors import InvalidSessionId
+
+FORMAT = "fsdurable/1"
+MANIFEST = "fsdurable.json"
+SESSIONS = "sessions"
+MARKERS = "markers"
+EVENTS = "events"
+QUARANTINE = "quarantine"
+
+_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_OWN_NAME_RE = re.compile(r"([A-Za-z0-9_-]{1,128})\.json")
+# Windows device names: a file called CON.json cannot be created on Windows, and a synced store
+# must open everywhere.
+_RESERVED = frozenset(
+    ["CON", "PRN", "AUX", "NUL"]
+    + [f"COM{i}" for i in range(10)]
+    + [f"LPT{i}" for i in range(10)]
+)
+# Conflict copies written by sync tools next to the file they could not merge:
+# Syncthing ``<id>.sync-conflict-<date>-<time>-<device>.json``; Dropbox/Nextcloud
+# ``<id> (<host>'s conflicted copy <date>).json``; Unison ``<id>.json (conflict ...)`` or any other
+# name that starts with an id and mentions a conflict.
+_SYNCTHING_RE = re.compile(r"([A-Za-z0-9_-]{1,128})\.sync-conflict-.*")
+_CONFLICT_RE = re.compile(r"([A-Za-z0-9_-]{1,128})(?:\.json)?[ .(_-].*conflict.*", re.IGNORECASE)
+
+
+def validate_session_id(session_id: object) -> str:
+    """Return ``session_id`` if it can never escape its directory, else raise InvalidSessionId."""
+    if not isinstance(session_id, str):
+        raise InvalidSessionId(
+            f"session id must be a string, got {type(session_id).__name__}", reason="type"
+        )
+    if not _ID_RE.fullmatch(session_id):
+        shown = session_id if len(session_id) <= 40 else session_id[:40] + "..."
+        raise InvalidSessionId(
+            f"invalid session id {shown!r}: use 1-128 of [A-Za-z0-9_-]",
+            session_id=session_id[:128],
+            reason="pattern",
+        )
+    if session_id.upper() in _RESERVED:
+        raise InvalidSessionId(
+            f"invalid session id {session_id!r}: reserved device name on Windows",
+            session_id=session_id,
+            reason="reserved",
+        )
+    return session_id
+
+
+def new_id() -> str:
+    """A fresh random id (sessions, turns, tool calls): 128 bits, URL-safe, valid by construction."""
+    return secrets.token_hex(16)
+
+
+class NameKind(enum.Enum):
+    OWN = "own"  # <id>.json: a session or a marker
+    TEMP = "temp"  # ~<name>.<random>.tmp (ours) or a sync tool's temp file
+    CONFLICT = "conflict"  # a sync tool's conflict copy of an own file
+    FOREIGN = "foreign"  # anything else
+
+
+def classify(name: str) -> tuple[NameKind, str | None]:
+    """Classify one directory entry name; returns (kind, session id it concerns or None)."""
+    m = _OWN_NAME_RE.fullmatch(name)
+    if m and m.group(1).upper() not in _RESERVED:
+        return NameKind.OWN, m.group(1)
+    for rx in (_SYNCTHING_RE, _CONFLICT_RE):
+        c = rx.fullmatch(name)
+        if c:
+            return NameKind.CONFLICT, c.group(1)
+    if name.endswith(".tmp") and (
+        name.startswith(("~", ".syncthing.", ".unison.")) or ".unison." in name
+    ):
+        return NameKind.TEMP, None
+    return NameKind.FOREIGN, None
+
+
+def own_id(name: str) -> str | None:
+    """The session id if ``name`` is ``<valid id>.json``; the hot path of every listing."""
+    if name.endswith(".json"):
+        sid = name[:-5]
+        if _ID_RE.fullmatch(sid) and sid.upper() not in _RESERVED:
+            return sid
+    return None
+
+
+def temp_prefix(target_name: str) -> str:
+    """Prefix of a temp file beside ``target_name``: Dropbox/Nextcloud skip ``~*.tmp``."""
+    return f"~{target_name}."
+
+
+TEMP_SUFFIX = ".tmp"
+
+
+class Layout:
+    """Absolute paths of one store."""
+
+    __slots__ = ("events", "manifest", "markers", "quarantine", "root", "sessions")
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = os.path.abspath(os.fspath(root))
+        self.manifest = os.path.join(self.root, MANIFEST)
+        self.sessions = os.path.join(self.root, SESSIONS)
+        self.markers = os.path.join(self.root, MARKERS)
+        self.events = os.path.join(self.root, EVENTS)
+        self.quarantine = os.path.join(self.root, QUARANTINE)
+
+    def session(self, session_id: str) -> str:
+        return os.path.join(self.sessions, session_id + ".json")
+
+    def marker(self, session_id: str) -> str:
+        return os.path.join(self.markers, session_id + ".json")
+
+    def directories(self) -> tuple[str, ...]:
+        return (self.root, self.sessions, self.markers, self.events, self.quarantine)
+
+
+def state_dir(root: str) -> str:
+    """Machine-local state of one store (locks, node id): outside ROOT, never synced.
+
+    ``FSDURABLE_STATE_DIR`` overrides the base (tests, sandboxes); the store's real path keys it, so
+    two roots on one machine never share locks and a copied store gets its own.
+    """
+    base = os.environ.get("FSDURABLE_STATE_DIR")
+    if not base:
+        import platformdirs
+
+        base = platformdirs.user_state_dir("fsdurable", appauthor=False)
+    key = hashlib.sha256(os.path.realpath(root).encode()).hexdigest()[:24]
+    return os.path.join(base, "stores", key)
+
+
+def node_id() -> str:
+    """This machine's node id: ``FSDURABLE_NODE`` if set, else a random id kept in the user
+    state dir (created once, never inside a store, so a sync tool never carries it)."""
+    env = os.environ.get("FSDURABLE_NODE")
+    if env:
+        return validate_session_id(env)
+    base = os.environ.get("FSDURABLE_STATE_DIR")
+    if not base:
+        import platformdirs
+
+        base = platformdirs.user_state_dir("fsdurable", appauthor=False)
+    path = os.path.join(base, "node_id")
+    try:
+        with open(path, encoding="ascii") as f:
+            value = f.read(200).strip()
+        if _ID_RE.fullmatch(value):
+            return value
+    except (FileNotFoundError, UnicodeDecodeError):
+        pass
+    from . import _fsio
+
+    value = "n" + secrets.token_hex(8)
+    _fsio.makedirs(base)
+    try:
+        _fsio.write_atomic(path, value.encode() + b"\n", overwrite=False)
+    except FileExistsError:  # another process created it first: theirs wins
+        with open(path, encoding="ascii") as f:
+            value = f.read(200).strip()
+    return value

@@ -1,0 +1,153 @@
+"""The data model: immutable attrs classes. Change a value with ``attrs.evolve``.
+
+A ``Session`` is the whole truth about one conversation; its ``turn`` is present iff
+``in_progress``. A ``Marker`` is the small index record of one interrupted turn: it holds enough to
+gate the turn (age, attempts, owner node) without reading the session.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+
+Effect = Literal["none", "idempotent", "external"]
+EFFECTS: tuple[str, ...] = ("none", "idempotent", "external")
+LedgerStatus = Literal["intent", "done", "failed", "refused"]
+LEDGER_STATUSES: tuple[str, ...] = ("intent", "done", "failed", "refused")
+ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+
+
+def _roles(inst: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if value not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}, got {value!r}")
+
+
+@attrs.frozen
+class ToolCall:
+    """A tool call the model asked for."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class Message:
+    """One transcript entry. ``tool_call_id`` links a ``tool`` result to its call."""
+
+    role: str = attrs.field(validator=_roles)
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+
+
+@attrs.frozen
+class LedgerEntry:
+    """The side-effect ledger's record of one effectful tool call.
+
+    ``intent`` is committed before the tool runs, ``done``/``failed`` after. An entry still at
+    ``intent`` on resume is *in doubt*: the effect may or may not have happened.
+    """
+
+    tool_call_id: str
+    name: str
+    effect: str
+    idempotency_key: str
+    status: str
+    intent_at: float
+    outcome_at: float | None = None
+    result: str | None = None
+
+
+@attrs.frozen
+class Turn:
+    """The turn in progress: when it started, its last checkpoint and its resume attempts."""
+
+    id: str
+    started_at: float
+    checkpoint_at: float
+    phase: str = "started"
+    resume_attempts: int = 0
+    ledger: tuple[LedgerEntry, ...] = ()
+
+    def entry(self, tool_call_id: str) -> LedgerEntry | None:
+        for e in self.ledger:
+            if e.tool_call_id == tool_call_id:
+                return e
+        return None
+
+
+@attrs.frozen
+class Session:
+    """One session file. ``version`` is the commit counter (+1 on every commit)."""
+
+    id: str
+    version: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    source: str = "api"  # provenance only: it never grants anything (a resumed turn is unattended)
+    route_key: str = ""
+    in_progress: bool = False
+    turn: Turn | None = None
+    messages: tuple[Message, ...] = ()
+    summary: str | None = None
+    metadata: dict[str, Any] = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        if self.in_progress != (self.turn is not None):
+            raise ValueError("a session has a turn if and only if it is in progress")
+
+
+@attrs.frozen
+class Marker:
+    """Index record of one interrupted turn (``markers/<session_id>.json``)."""
+
+    session_id: str
+    turn_id: str
+    session_version: int
+    node_id: str
+    route_key: str
+    source: str
+    started_at: float
+    checkpoint_at: float
+    resume_attempts: int = 0
+
+    @classmethod
+    def of(cls, session: Session, node_id: str) -> Marker:
+        turn = session.turn
+        if turn is None:
+            raise ValueError("only a session in progress has a marker")
+        return cls(
+            session_id=session.id,
+            turn_id=turn.id,
+            session_version=session.version,
+            node_id=node_id,
+            route_key=session.route_key,
+            source=session.source,
+            started_at=turn.started_at,
+            checkpoint_at=turn.checkpoint_at,
+            resume_attempts=turn.resume_attempts,
+        )
+
+
+@attrs.frozen
+class Event:
+    """One line of the event log."""
+
+    at: float
+    code: str
+    session_id: str | None = None
+    turn_id: str | None = None
+    node_id: str | None = None
+    reason: str | None = None
+    detail: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class Manifest:
+    """``fsdurable.json`` at the store root."""
+
+    store_id: str
+    created_at: float
+    format: str = "fsdurable/1"

@@ -1,0 +1,506 @@
+"""The store, and the one commit function every change to a session goes through.
+
+Invariant: on disk, ``session.in_progress`` is true  =>  ``markers/<id>.json`` exists, at every
+crash point. A marker whose session is not in progress (a crash between the session write and the
+marker removal) is repaired, with a ``marker_repaired`` event, when recovery or doctor meets it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+
+from . import _fsio
+from . import _events as ev
+from ._codec import encode_manifest, encode_marker, parse_manifest, parse_marker
+from ._config import DEFAULT_CONFIG, Config
+from ._errors import (
+    ConflictError,
+    InvalidState,
+    SessionNotFound,
+    TurnStateError,
+    UnreadableState,
+)
+from ._layout import Layout, new_id, own_id, state_dir, validate_session_id
+from ._model import Event, Manifest, Marker, Message, Session, Turn
+
+StatKey = tuple[int, int, int]
+
+
+def _key(st: os.stat_result) -> StatKey:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def default_root() -> str:
+    """``FSDURABLE_ROOT``, else ``<user data dir>/fsdurable/store``."""
+    env = os.environ.get("FSDURABLE_ROOT")
+    if env:
+        return env
+    import platformdirs
+
+    return os.path.join(platformdirs.user_data_dir("fsdurable", appauthor=False), "store")
+
+
+class Store:
+    """A directory of sessions, markers and events. Thread-safe; many processes may share it."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None, *,
+                 config: Config = DEFAULT_CONFIG, node_id: str | None = None,
+                 clock: Callable[[], float] = time.time, create: bool = True) -> None:
+        raw = os.fspath(root) if root is not None else default_root()
+        self.layout = Layout(os.path.realpath(raw))
+        self.root = self.layout.root
+        self.config = config
+        self.clock = clock
+        self._durable = config.fsync
+        self._node_id = validate_session_id(node_id) if node_id is not None else None
+        self._mu = threading.Lock()
+        self._seen: dict[str, tuple[StatKey, int]] = {}  # session id -> (stat key, version)
+        self._marks: dict[str, tuple[StatKey, Marker]] = {}  # markers this store read or wrote
+        self._held = threading.local()
+        self._locks: Any = None
+        self._log: ev.EventLog | None = None
+        self.manifest = self._open(create)
+
+    # ------------------------------------------------------------------ opening
+
+    def _open(self, create: bool) -> Manifest:
+        lay = self.layout
+        st = _fsio.lstat(lay.manifest)
+        if st is None:
+            if not create:
+                raise SessionNotFound(f"no fsdurable store at {lay.root}", path=lay.root,
+                                      reason="no_store")
+            _fsio.makedirs(lay.root, durable=self._durable)
+        for d in (lay.sessions, lay.markers, lay.events, lay.quarantine):
+            _fsio.makedirs(d, durable=self._durable)
+        if st is not None:
+            try:
+                data, _ = _fsio.read_bounded(lay.manifest, 1 << 16)
+                return parse_manifest(data, path=lay.manifest)
+            except UnreadableState as e:
+                if e.reason == "unknown_version":
+                    raise  # a newer fsdurable's store: writing to it could corrupt it
+                self.quarantine(lay.manifest, kind="manifest", reason=e.reason or "unreadable")
+        m = Manifest(store_id=new_id(), created_at=self.clock())
+        try:
+            _fsio.write_atomic(lay.manifest, encode_manifest(m), overwrite=False,
+                               durable=self._durable)
+        except FileExistsError:  # another process initialised it first
+            data, _ = _fsio.read_bounded(lay.manifest, 1 << 16)
+            return parse_manifest(data, path=lay.manifest)
+        return m
+
+    @property
+    def node_id(self) -> str:
+        if self._node_id is None:
+            from ._layout import node_id
+
+            self._node_id = node_id()
+        return self._node_id
+
+    @property
+    def log(self) -> ev.EventLog:
+        if self._log is None:
+            self._log = ev.EventLog(self.layout.events, self.node_id, durable=self._durable,
+                                    max_file_bytes=self.config.max_file_bytes, clock=self.clock)
+        return self._log
+
+    def emit(self, code: str, **kw: Any) -> Event | None:
+        """Record an event; a disk that refuses it never turns a decision into a crash."""
+        try:
+            return self.log.emit(code, **kw)
+        except (OSError, InvalidState):
+            return None
+
+    def events(self, session_id: str | None = None) -> list[Event]:
+        """Every node's events (optionally one session's), oldest first."""
+        return self.log.read(session_id)
+
+    def subscribe(self, fn: Callable[[Event], None]) -> Callable[[], None]:
+        """Call ``fn(event)`` for each event this process emits; returns an unsubscribe function."""
+        return self.log.subscribe(fn)
+
+    # ------------------------------------------------------------------ locks
+
+    def _lockdir(self) -> Any:
+        if self._locks is None:
+            from ._locks import Locks
+
+            self._locks = Locks(os.path.join(state_dir(self.root), "locks"))
+        return self._locks
+
+    @contextmanager
+    def lock(self, route_key: str, *, timeout: float | None = None) -> Iterator[None]:
+        """Exclusive lock on a route (across threads and processes) for the length of a turn."""
+        t = self.config.route_lock_timeout if timeout is None else timeout
+        with self._lockdir().hold("route", route_key, timeout=t, poll=0.01):
+            yield
+
+    @contextmanager
+    def _commit_lock(self, sid: str) -> Iterator[None]:
+        held: set[str] = self._held.__dict__.setdefault("ids", set())
+        if sid in held:  # re-entered by a patch that migrates or quarantines
+            yield
+            return
+        with self._lockdir().hold("commit", sid, timeout=self.config.commit_lock_timeout,
+                                  session_id=sid):
+            held.add(sid)
+            try:
+                yield
+            finally:
+                held.discard(sid)
+
+    # ------------------------------------------------------------------ reading
+
+    def sessions(self) -> list[str]:
+        """Ids of the sessions on disk, from one listing; foreign and temp files are skipped."""
+        ids = [sid for sid in map(own_id, _fsio.list_names(self.layout.sessions)) if sid]
+        ids.sort()
+        return ids
+
+    def exists(self, session_id: str) -> bool:
+        return _fsio.lstat(self.layout.session(validate_session_id(session_id))) is not None
+
+    def load(self, session_id: str) -> Session:
+        """The session as on disk. An unreadable file is quarantined (with an event) and raises
+        UnreadableState; an older format is migrated and rewritten in the current one."""
+        sid = validate_session_id(session_id)
+        s = self._read(sid)
+        if s is None:
+            raise SessionNotFound(f"no session {sid!r}", session_id=sid,
+                                  path=self.layout.session(sid), reason="missing")
+        return s
+
+    def _read(self, sid: str) -> Session | None:
+        from ._codec import parse_session
+
+        path = self.layout.session(sid)
+        try:
+            data, st = _fsio.read_bounded(path, self.config.max_file_bytes)
+            s, migrated = parse_session(data, path=path)
+            if s.id != sid:
+                raise UnreadableState(f"{path} holds session {s.id!r}", path=path,
+                                      session_id=sid, reason="wrong_id")
+            validate_session_id(s.id)
+        except FileNotFoundError:
+            self._forget(sid)
+            return None
+        except UnreadableState as e:
+            where = self.quarantine(path, kind="session", reason=e.reason or "unreadable",
+                                    session_id=sid, code=ev.SESSION_QUARANTINED)
+            raise UnreadableState(f"{e.message}; moved to {where}", path=where or path,
+                                  session_id=sid, reason=e.reason) from e
+        with self._mu:
+            self._seen[sid] = (_key(st), s.version)
+        if migrated:
+            with self._commit_lock(sid):
+                s = self._commit_locked(s, s.version)
+            self.emit(ev.SESSION_MIGRATED, session_id=sid, version=s.version)
+        return s
+
+    def _forget(self, sid: str) -> None:
+        with self._mu:
+            self._seen.pop(sid, None)
+            self._marks.pop(sid, None)
+
+    def _disk_version(self, sid: str) -> int:
+        """Version on disk (0 if absent), re-reading the file only if its stat changed."""
+        st = _fsio.lstat(self.layout.session(sid))
+        if st is None:
+            self._forget(sid)
+            return 0
+        with self._mu:
+            seen = self._seen.get(sid)
+        if seen is not None and seen[0] == _key(st):
+            return seen[1]
+        try:
+            s = self._read(sid)
+        except UnreadableState:
+            return 0  # quarantined: nothing is there any more
+        return s.version if s is not None else 0
+
+    def interrupted(self) -> list[Marker]:
+        """Every interrupted turn, from ONE listing of ``markers/`` and the markers themselves.
+
+        Never reads ``sessions/``; never raises because of one bad marker (it is quarantined with
+        an ``interrupted_turn_abandoned`` event, reason ``unreadable``). Oldest checkpoint first.
+        """
+        out = []
+        for name in _fsio.list_names(self.layout.markers):
+            sid = own_id(name)
+            if sid is None:
+                continue
+            m = self.read_marker(sid)
+            if m is not None:
+                out.append(m)
+        out.sort(key=lambda m: (m.checkpoint_at, m.session_id))
+        return out
+
+    def read_marker(self, sid: str) -> Marker | None:
+        path = self.layout.marker(sid)
+        try:
+            data, st = _fsio.read_bounded(path, min(self.config.max_file_bytes, 1 << 20))
+            m = parse_marker(data, path=path)
+            if m.session_id != sid:
+                raise UnreadableState(f"{path} names session {m.session_id!r}", path=path,
+                                      session_id=sid, reason="wrong_id")
+        except FileNotFoundError:
+            return None
+        except UnreadableState as e:
+            self.quarantine(path, kind="marker", reason=e.reason or "unreadable",
+                            session_id=sid, code=ev.ABANDONED)
+            return None
+        with self._mu:
+            self._marks[sid] = (_key(st), m)
+        return m
+
+    # ------------------------------------------------------------------ the commit function
+
+    def _commit_locked(self, new: Session, base: int) -> Session:
+        """THE commit: every change to a session file goes through here, under its commit lock.
+
+        1. compare-and-swap: the version on disk must be ``base`` (0 = absent) -> ConflictError;
+        2. entering or staying in progress: write the marker first (fsync, rename, dir fsync)
+           unless the one on disk already says the same (``Config.marker_refresh``);
+        3. write the session (temp, fsync, rename, dir fsync);
+        4. not in progress: remove the marker if one exists (unlink, dir fsync).
+        A crash between any two steps leaves "in progress => marker exists" true; the reverse gap
+        (a marker without an in-progress session) is repaired by recovery and doctor.
+        Returns the session at its new version (``base + 1``).
+        """
+        from ._codec import encode_session
+
+        sid = validate_session_id(new.id)
+        disk = self._disk_version(sid)
+        if disk != base:
+            raise ConflictError(
+                f"session {sid!r} is at version {disk} on disk, not {base}",
+                session_id=sid, path=self.layout.session(sid), reason="version_mismatch",
+                expected=base, actual=disk,
+            )
+        s = attrs.evolve(new, version=base + 1, updated_at=self.clock())
+        data = encode_session(s)
+        mpath = self.layout.marker(sid)
+        if s.in_progress and self._marker_stale(sid, s):
+            m = Marker.of(s, self.node_id)
+            mst = _fsio.write_atomic(mpath, encode_marker(m), durable=self._durable)
+            with self._mu:
+                self._marks[sid] = (_key(mst), m)
+        st = _fsio.write_atomic(self.layout.session(sid), data, durable=self._durable)
+        with self._mu:
+            self._seen[sid] = (_key(st), s.version)
+        if not s.in_progress and _fsio.lstat(mpath) is not None:
+            _fsio.unlink(mpath, durable=self._durable)
+            with self._mu:
+                self._marks.pop(sid, None)
+        return s
+
+    def _marker_stale(self, sid: str, s: Session) -> bool:
+        """Must the marker be (re)written for ``s``? Only if missing, for another turn, node,
+        route, source or attempt count, or older than ``marker_refresh``."""
+        st = _fsio.lstat(self.layout.marker(sid))
+        if st is None:
+            return True
+        with self._mu:
+            cached = self._marks.get(sid)
+        m = cached[1] if cached is not None and cached[0] == _key(st) else self.read_marker(sid)
+        turn = s.turn
+        assert turn is not None
+        return (m is None or m.turn_id != turn.id or m.node_id != self.node_id
+                or m.route_key != s.route_key or m.source != s.source
+                or m.resume_attempts != turn.resume_attempts
+                or turn.checkpoint_at - m.checkpoint_at >= self.config.marker_refresh)
+
+    def commit(self, new: Session, base_version: int) -> Session:
+        """Commit ``new`` if the session on disk is still at ``base_version`` (0: must not exist)."""
+        with self._commit_lock(validate_session_id(new.id)):
+            return self._commit_locked(new, base_version)
+
+    # ------------------------------------------------------------------ session API
+
+    def create(self, session_id: str | None = None, *, source: str = "api",
+               route_key: str | None = None, metadata: dict[str, Any] | None = None) -> Session:
+        """Create a new, idle session (ConflictError if the id is taken)."""
+        sid = validate_session_id(session_id) if session_id is not None else new_id()
+        now = self.clock()
+        s = Session(id=sid, created_at=now, updated_at=now, source=source,
+                    route_key=route_key if route_key is not None else f"session:{sid}",
+                    metadata=dict(metadata or {}))
+        return self.commit(s, 0)
+
+    def save(self, session: Session) -> Session:
+        """Full save of a session loaded (or last returned) at ``session.version``."""
+        return self.commit(session, session.version)
+
+    def patch(self, session_id: str, fn: Callable[[Session], Session]) -> Session:
+        """Read-modify-write under the session's commit lock: ``fn(current) -> new``."""
+        sid = validate_session_id(session_id)
+        with self._commit_lock(sid):
+            cur = self.load(sid)
+            new = fn(cur)
+            if new is cur:
+                return cur
+            if not isinstance(new, Session) or new.id != sid:
+                raise InvalidState("patch function must return the same session", session_id=sid,
+                                   reason="bad_patch")
+            return self._commit_locked(new, cur.version)
+
+    def delete(self, session_id: str, *, base_version: int | None = None) -> None:
+        """Delete a session and its marker (explicit, with a ``session_deleted`` event)."""
+        sid = validate_session_id(session_id)
+        with self._commit_lock(sid):
+            disk = self._disk_version(sid)
+            if disk == 0:
+                raise SessionNotFound(f"no session {sid!r}", session_id=sid, reason="missing")
+            if base_version is not None and disk != base_version:
+                raise ConflictError(f"session {sid!r} is at version {disk}, not {base_version}",
+                                    session_id=sid, reason="version_mismatch",
+                                    expected=base_version, actual=disk)
+            # session first, marker second: a crash between leaves an orphan marker (repaired),
+            # never an in-progress session without its marker
+            _fsio.unlink(self.layout.session(sid), durable=self._durable)
+            _fsio.unlink(self.layout.marker(sid), durable=self._durable)
+            self._forget(sid)
+        self.emit(ev.SESSION_DELETED, session_id=sid, version=disk)
+
+    # ------------------------------------------------------------------ turn API
+
+    def begin_turn(self, session_id: str, content: str | None = None, *, role: str = "user",
+                   turn_id: str | None = None) -> Session:
+        """Start a turn: commit in progress (marker first) BEFORE any model call."""
+        tid = turn_id or new_id()
+
+        def start(s: Session) -> Session:
+            if s.in_progress:
+                raise TurnStateError(f"session {s.id!r} already has a turn in progress",
+                                     session_id=s.id, reason="in_progress")
+            now = self.clock()
+            msgs = s.messages + ((Message(role, content),) if content is not None else ())
+            return attrs.evolve(s, in_progress=True, messages=msgs,
+                                turn=Turn(id=tid, started_at=now, checkpoint_at=now))
+
+        s = self.patch(session_id, start)
+        self.emit(ev.TURN_STARTED, session_id=s.id, turn_id=tid)
+        return s
+
+    def checkpoint(self, session: Session, *, phase: str | None = None) -> Session:
+        """Commit the turn's progress (ConflictError if the session moved on, e.g. cancelled)."""
+        turn = session.turn
+        if turn is None:
+            raise TurnStateError(f"session {session.id!r} has no turn in progress",
+                                 session_id=session.id, reason="not_in_progress")
+        t = attrs.evolve(turn, checkpoint_at=self.clock(), phase=phase or turn.phase)
+        return self.commit(attrs.evolve(session, turn=t), session.version)
+
+    def end_turn(self, session: Session, reply: str | None = None) -> Session:
+        """Finish the turn: commit not in progress (marker removed after the session)."""
+        turn = session.turn
+        if turn is None:
+            raise TurnStateError(f"session {session.id!r} has no turn in progress",
+                                 session_id=session.id, reason="not_in_progress")
+        msgs = session.messages + ((Message("assistant", reply),) if reply is not None else ())
+        s = self.commit(attrs.evolve(session, in_progress=False, turn=None, messages=msgs),
+                        session.version)
+        self.emit(ev.TURN_COMPLETED, session_id=s.id, turn_id=turn.id)
+        return s
+
+    def cancel(self, session_id: str) -> Session:
+        """Cancel the turn in progress: it never comes back. No-op if none is in progress."""
+        cancelled: list[str] = []
+
+        def stop(s: Session) -> Session:
+            if not s.in_progress or s.turn is None:
+                return s
+            cancelled.append(s.turn.id)
+            return attrs.evolve(s, in_progress=False, turn=None)
+
+        s = self.patch(session_id, stop)
+        if cancelled:
+            self.emit(ev.TURN_CANCELLED, session_id=s.id, turn_id=cancelled[0])
+        return s
+
+    def abandon_turn(self, session_id: str, turn_id: str, *, reason: str,
+                     **detail: Any) -> Session | None:
+        """Clear an interrupted turn that will not be resumed, with an
+        ``interrupted_turn_abandoned`` event; its marker goes with it. Returns None (and still
+        removes the marker) if the session is gone or no longer on that turn."""
+        sid = validate_session_id(session_id)
+        with self._commit_lock(sid):
+            try:
+                s: Session | None = self.load(sid)
+            except (SessionNotFound, UnreadableState):
+                s = None
+            if s is not None and s.in_progress and s.turn is not None and s.turn.id == turn_id:
+                s = self._commit_locked(attrs.evolve(s, in_progress=False, turn=None), s.version)
+            else:
+                self._remove_orphan_marker(sid, s)
+        self.emit(ev.ABANDONED, session_id=sid, turn_id=turn_id, reason=reason, **detail)
+        return s
+
+    def _remove_orphan_marker(self, sid: str, s: Session | None) -> bool:
+        """Under the commit lock: drop a marker whose session is not in progress."""
+        if s is not None and s.in_progress:
+            return False
+        if _fsio.unlink(self.layout.marker(sid), durable=self._durable):
+            with self._mu:
+                self._marks.pop(sid, None)
+            self.emit(ev.MARKER_REPAIRED, session_id=sid, reason="orphan")
+            return True
+        return False
+
+    def repair_marker(self, session_id: str) -> str | None:
+        """Make the marker agree with the session: remove an orphan, or write a missing or stale
+        one (through the commit function). Returns what was done, or None."""
+        sid = validate_session_id(session_id)
+        with self._commit_lock(sid):
+            try:
+                s: Session | None = self.load(sid)
+            except (SessionNotFound, UnreadableState):
+                s = None
+            if s is None or not s.in_progress:
+                return "removed_orphan" if self._remove_orphan_marker(sid, s) else None
+            m = self.read_marker(sid)
+            assert s.turn is not None
+            if m is not None and m.turn_id == s.turn.id:
+                return None
+            self._commit_locked(s, s.version)
+            self.emit(ev.MARKER_REPAIRED, session_id=sid, turn_id=s.turn.id,
+                      reason="missing" if m is None else "wrong_turn")
+            return "rewrote"
+
+    # ------------------------------------------------------------------ quarantine
+
+    def quarantine(self, path: str, *, kind: str, reason: str, session_id: str | None = None,
+                   code: str = ev.FILE_QUARANTINED) -> str | None:
+        """Move a file aside into ``quarantine/`` (never delete it) with an event.
+
+        Returns the new path, or None if the move failed (read-only store: the file stays and
+        the failure is reported, never raised)."""
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self.clock()))
+        base = f"{stamp}-{kind}-{os.path.basename(path)}"
+        dest = os.path.join(self.layout.quarantine, base)
+        n = 0
+        while _fsio.lstat(dest) is not None:
+            n += 1
+            dest = os.path.join(self.layout.quarantine, f"{base}.{n}")
+        try:
+            _fsio.rename(path, dest, durable=self._durable)
+        except OSError as e:
+            self.emit(code, session_id=session_id, reason=reason, path=path,
+                      quarantine_failed=str(e))
+            return None
+        if kind == "marker" and session_id:
+            with self._mu:
+                self._marks.pop(session_id, None)
+        if kind == "session" and session_id:
+            self._forget(session_id)
+        self.emit(code, session_id=session_id, reason="unreadable" if code == ev.ABANDONED
+                  else reason, kind=kind, cause=reason, path=path, moved_to=dest)
+        return dest
