@@ -281,3 +281,12 @@ def list_names(path: str) -> list[str]:
             return [e.name for e in it]
     except FileNotFoundError:
         return []
+
+
+def chmod(path: str, mode: int) -> None:
+    """Narrow a file's or directory's mode (doctor's permission repair); never through a link."""
+    with storage_errors(path, "chmod"):
+        _rec("chmod", path, mode)
+        if os.path.islink(path):
+            raise UnreadableState(f"{path} is a symlink", path=path, reason="symlink")
+        os.chmod(path, mode)
