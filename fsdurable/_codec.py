@@ -106,11 +106,14 @@ def split_format(d: dict[str, Any], *, path: str | None = None) -> tuple[str, in
     return kind, int(ver)
 
 
-def upgrade(d: dict[str, Any], kind: str, *, path: str | None = None) -> tuple[dict[str, Any], bool]:
+def upgrade(
+    d: dict[str, Any], kind: str, *, path: str | None = None
+) -> tuple[dict[str, Any], bool]:
     """Migrate ``d`` to the current version of ``kind``; returns (dict, migrated?)."""
     got, ver = split_format(d, path=path)
     if got != kind:
-        raise UnreadableState(f"expected a {kind} file, got {got!r}", path=path, reason="wrong_kind")
+        raise UnreadableState(f"expected a {kind} file, got {got!r}", path=path,
+                              reason="wrong_kind")
     current = CURRENT[kind]
     if ver > current:
         raise UnreadableState(
@@ -257,7 +260,7 @@ def _conv() -> Any:
 
     c = cattrs.Converter(forbid_extra_keys=False, detailed_validation=False)
 
-    def strict(typ: type, accept: tuple[type, ...]) -> Callable[[Any, Any], Any]:
+    def strict(typ: Any, accept: tuple[type, ...]) -> Callable[[Any, Any], Any]:
         def hook(v: Any, _: Any) -> Any:
             if isinstance(v, bool) and bool not in accept:
                 raise TypeError(f"expected {typ.__name__}, got bool")
@@ -293,8 +296,8 @@ def _conv() -> Any:
         return hook
 
     def is_homogeneous_tuple(t: Any) -> bool:
-        args = getattr(t, "__args__", ())
-        return getattr(t, "__origin__", None) is tuple and len(args) == 2 and args[1] is Ellipsis
+        args: tuple[Any, ...] = getattr(t, "__args__", ())
+        return getattr(t, "__origin__", None) is tuple and len(args) == 2 and args[-1] is Ellipsis
 
     c.register_structure_hook_factory(is_homogeneous_tuple, seq_factory)
     _converter = c

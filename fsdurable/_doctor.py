@@ -92,7 +92,8 @@ class _Scan:
                 self.permissions(path, st, 0o600)
             elif k is NameKind.CONFLICT:
                 self.add("conflict_copy", path,
-                         f"a sync tool's conflict copy of {kind} {sid}: run `fsdurable resolve {sid}`",
+                         f"a sync tool's conflict copy of {kind} {sid}: "
+                         f"run `fsdurable resolve {sid}`",
                          session_id=sid)
             elif k is NameKind.TEMP:
                 age = self.now - st.st_mtime

@@ -66,7 +66,7 @@ class InvalidSessionId(FsDurableError, ValueError):
 
 
 class UnreadableState(FsDurableError, ValueError):
-    """A file is not a valid fsdurable file (garbage, truncated, wrong type, unknown version, ...)."""
+    """Not a valid fsdurable file (garbage, truncated, wrong type, unknown version, ...)."""
 
 
 class InvalidState(FsDurableError, ValueError):

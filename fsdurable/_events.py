@@ -56,7 +56,7 @@ class EventLog:
         self._made: str | None = None
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
-        """Call ``fn(event)`` for every event this process emits; returns an unsubscribe function."""
+        """Call ``fn(event)`` for each event this process emits; returns an unsubscribe function."""
         with self._lock:
             self._subs.append(fn)
 

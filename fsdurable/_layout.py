@@ -60,7 +60,7 @@ def validate_session_id(session_id: object) -> str:
 
 
 def new_id() -> str:
-    """A fresh random id (sessions, turns, tool calls): 128 bits, URL-safe, valid by construction."""
+    """A fresh random id (sessions, turns, tool calls): 128 bits, valid by construction."""
     return secrets.token_hex(16)
 
 

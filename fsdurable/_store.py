@@ -16,8 +16,8 @@ from typing import Any
 
 import attrs
 
-from . import _fsio
 from . import _events as ev
+from . import _fsio
 from ._codec import encode_manifest, encode_marker, parse_manifest, parse_marker
 from ._config import DEFAULT_CONFIG, Config
 from ._errors import (
@@ -319,7 +319,7 @@ class Store:
                 or turn.checkpoint_at - m.checkpoint_at >= self.config.marker_refresh)
 
     def commit(self, new: Session, base_version: int) -> Session:
-        """Commit ``new`` if the session on disk is still at ``base_version`` (0: must not exist)."""
+        """Commit ``new`` if the session on disk is at ``base_version`` (0: must not exist)."""
         with self._commit_lock(validate_session_id(new.id)):
             return self._commit_locked(new, base_version)
 
