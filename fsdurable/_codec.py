@@ -268,7 +268,8 @@ def _conv() -> Any:
                 raise TypeError(f"expected {typ.__name__}, got {type(v).__name__}")
             if isinstance(v, float) and not math.isfinite(v):
                 raise TypeError("non-finite number")
-            return typ(v) if typ is float else v
+            out: Any = v
+            return float(out) if typ is float else out
 
         return hook
 
