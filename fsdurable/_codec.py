@@ -81,13 +81,21 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return d
 
 
+def _finite_float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):  # 1e400 overflows to inf: as invalid as a NaN literal
+        raise ValueError(f"number {text} is out of range")
+    return v
+
+
 def loads_strict(data: bytes, *, path: str | None = None) -> dict[str, Any]:
     """Parse a small JSON object strictly: UTF-8 without BOM, no NaN, no duplicate keys."""
     try:
         text = data.decode("utf-8")
         if text.startswith("\ufeff"):
             raise ValueError("byte order mark")
-        obj = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
+        obj = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant,
+                         parse_float=_finite_float)
     except (ValueError, RecursionError) as e:
         raise UnreadableState(f"not valid JSON: {e}", path=path, reason="invalid_json") from e
     if not isinstance(obj, dict):
@@ -101,7 +109,7 @@ def split_format(d: dict[str, Any], *, path: str | None = None) -> tuple[str, in
     if not isinstance(fmt, str) or not fmt.startswith("fsdurable.") or "/" not in fmt:
         raise UnreadableState(f"no fsdurable format tag: {fmt!r}", path=path, reason="no_format")
     kind, _, ver = fmt[len("fsdurable."):].partition("/")
-    if not ver.isdigit():
+    if not (ver.isascii() and ver.isdigit()):  # "²".isdigit() is True, int("²") fails
         raise UnreadableState(f"bad format tag {fmt!r}", path=path, reason="no_format")
     return kind, int(ver)
 
@@ -333,9 +341,14 @@ def parse_session(data: bytes, *, path: str | None = None) -> tuple[Session, boo
     if not isinstance(d, dict):
         raise UnreadableState("not a JSON object", path=path, reason="invalid_json")
     d, migrated = upgrade(d, "session", path=path)
+    if "version" not in d:  # a default of 0 would read as "absent" to the commit's CAS
+        raise UnreadableState("missing field 'version'", path=path, reason="missing_field")
     try:
         s = _conv().structure(d, Session)
     except Exception as e:  # cattrs raises several types; all mean "wrong shape"
         raise UnreadableState(f"session does not match the format: {e!r}", path=path,
                               reason="wrong_type") from e
+    if s.version < 1 or (s.turn is not None and s.turn.resume_attempts < 0):
+        raise UnreadableState("session version below 1 or negative attempts", path=path,
+                              reason="wrong_value")
     return s, migrated
