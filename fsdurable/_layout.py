@@ -29,12 +29,19 @@ _RESERVED = frozenset(
     + [f"COM{i}" for i in range(10)]
     + [f"LPT{i}" for i in range(10)]
 )
-# Conflict copies written by sync tools next to the file they could not merge:
-# Syncthing ``<id>.sync-conflict-<date>-<time>-<device>.json``; Dropbox/Nextcloud
-# ``<id> (<host>'s conflicted copy <date>).json``; Unison ``<id>.json (conflict ...)`` or any other
-# name that starts with an id and mentions a conflict.
-_SYNCTHING_RE = re.compile(r"([A-Za-z0-9_-]{1,128})\.sync-conflict-.*")
-_CONFLICT_RE = re.compile(r"([A-Za-z0-9_-]{1,128})(?:\.json)?[ .(_-].*conflict.*", re.IGNORECASE)
+# Conflict copies written by sync tools next to the file they could not merge (each tool keeps
+# the ``.json`` extension last, so a copy of anything but a session or a marker never matches):
+# Syncthing ``<id>.sync-conflict-<date>-<time>-<device>.json``; Dropbox
+# ``<id> (<host>'s conflicted copy <date>).json``; Nextcloud
+# ``<id> (conflicted copy <date> <time>).json``; Unison 2.52 (``copyonconflict``)
+# ``<id> (conflict_on_<date>).json``; any ``<id> (...conflict...).json``.
+_SYNCTHING_RE = re.compile(r"([A-Za-z0-9_-]{1,128})\.sync-conflict-[^/\\]*\.json")
+_CONFLICT_RE = re.compile(r"([A-Za-z0-9_-]{1,128})(?:\.json)? ?[.(][^/\\]*conflict[^/\\]*\.json",
+                          re.IGNORECASE)
+# In-flight files of sync tools that write beside the target and rename: rsync ``.<name>.XXXXXX``,
+# Nextcloud ``.<name>.~<hex>``, Syncthing ``.syncthing.<name>.tmp`` / ``~syncthing~<name>.tmp``,
+# Unison ``.unison.<name>.<hash>.unison.tmp``.
+_TOOL_TEMP_RE = re.compile(r"\.[^/\\]+\.json\.(?:[A-Za-z0-9]{6}|~[0-9a-fA-F]+)")
 
 
 def validate_session_id(session_id: object) -> str:
@@ -80,9 +87,9 @@ def classify(name: str) -> tuple[NameKind, str | None]:
         c = rx.fullmatch(name)
         if c:
             return NameKind.CONFLICT, c.group(1)
-    if name.endswith(".tmp") and (
+    if (name.endswith(".tmp") and (
         name.startswith(("~", ".syncthing.", ".unison.")) or ".unison." in name
-    ):
+    )) or _TOOL_TEMP_RE.fullmatch(name):
         return NameKind.TEMP, None
     return NameKind.FOREIGN, None
 
