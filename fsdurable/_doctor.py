@@ -17,16 +17,13 @@ import attrs
 from . import _events as ev
 from . import _fsio
 from ._codec import parse_marker, parse_session
-from ._errors import FsDurableError, UnreadableState
-from ._layout import NameKind, classify, validate_session_id
+from ._errors import FsDurableError, LockTimeout, UnreadableState
+from ._layout import NameKind, classify, own_id, validate_session_id
 from ._model import Marker, Session
 from ._store import Store
 
 PROBLEM = "problem"
 INFO = "info"
-# A temp file younger than this may belong to a commit in flight in another process: moving it
-# aside would make that commit fail. Older ones are leftovers of a crash.
-TEMP_GRACE = 60.0
 
 
 @attrs.frozen
@@ -96,19 +93,31 @@ class _Scan:
                          f"run `fsdurable resolve {sid}`",
                          session_id=sid)
             elif k is NameKind.TEMP:
-                age = self.now - st.st_mtime
-                if age >= TEMP_GRACE:
-                    self.add("temp_leftover", path,
-                             f"temp file left by an interrupted write ({age:.0f}s old)",
-                             repair="move to quarantine",
-                             fix=self.quarantine_fix(path, f"{kind}-temp", "temp_leftover", None))
-                else:
-                    self.add("temp_in_flight", path, "temp file of a write in progress",
-                             severity=INFO)
+                self.temp(path, name, kind)
             else:
                 self.add("foreign_file", path, f"not an fsdurable file; {kind} listings skip it",
                          severity=INFO)
         return own
+
+    def temp(self, path: str, name: str, kind: str) -> None:
+        """Our temp files (``~<id>.json.<random>.tmp``) exist only while their session's commit
+        lock is held: if the lock is free, the file is a crash leftover. A sync tool's temp file
+        is the tool's business and only reported."""
+        sid = own_id(name[1:].rsplit(".", 2)[0]) if name.startswith("~") else None
+        if sid is None:
+            self.add("sync_temp", path, "a sync tool's temp file (left to the tool)",
+                     severity=INFO)
+            return
+        try:
+            with self.store.commit_lock(sid, timeout=0):
+                if _fsio.lstat(path) is None:
+                    return  # its commit finished while we looked
+                self.add("temp_leftover", path, "temp file left by an interrupted write",
+                         session_id=sid, repair="move to quarantine",
+                         fix=self.quarantine_fix(path, f"{kind}-temp", "temp_leftover", sid))
+        except LockTimeout:
+            self.add("temp_in_flight", path, "temp file of a commit in progress", session_id=sid,
+                     severity=INFO)
 
     def permissions(self, path: str, st: os.stat_result, want: int) -> None:
         mode = stat.S_IMODE(st.st_mode)

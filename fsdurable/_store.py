@@ -7,6 +7,7 @@ marker removal) is repaired, with a ``marker_repaired`` event, when recovery or 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -143,14 +144,19 @@ class Store:
         with self._lockdir().hold("route", route_key, timeout=t, poll=0.01):
             yield
 
+    def commit_lock(self, session_id: str, *, timeout: float | None = None
+                    ) -> contextlib.AbstractContextManager[None]:
+        """The short per-session lock every commit holds (re-entrant within a thread)."""
+        return self._commit_lock(validate_session_id(session_id), timeout)
+
     @contextmanager
-    def _commit_lock(self, sid: str) -> Iterator[None]:
+    def _commit_lock(self, sid: str, timeout: float | None = None) -> Iterator[None]:
         held: set[str] = self._held.__dict__.setdefault("ids", set())
         if sid in held:  # re-entered by a patch that migrates or quarantines
             yield
             return
-        with self._lockdir().hold("commit", sid, timeout=self.config.commit_lock_timeout,
-                                  session_id=sid):
+        t = self.config.commit_lock_timeout if timeout is None else timeout
+        with self._lockdir().hold("commit", sid, timeout=t, session_id=sid):
             held.add(sid)
             try:
                 yield
