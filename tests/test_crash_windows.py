@@ -113,5 +113,5 @@ def test_any_kill_point_leaves_no_in_progress_session_without_marker(
     doctor_json(root, capsys, "--repair")
     assert biconditional_violations(Store(root)) == []
     code, report = doctor_json(root, capsys)
-    assert [f["code"] for f in report["findings"]
-            if f["severity"] == "problem"] == [], report
+    assert code == 0
+    assert [f["code"] for f in report["findings"] if f["severity"] == "problem"] == [], report

@@ -168,12 +168,10 @@ def test_route_lock_excludes_another_process(root: Path, tmp_path: Path) -> None
     while not (log.exists() and "child-in" in log.read_text()):
         assert time.time() < deadline
         time.sleep(0.01)
-    with pytest.raises(fsdurable.LockTimeout):
-        with store.lock("session:x", timeout=0.1):
-            pass
-    with store.lock("session:x", timeout=30):
-        with open(log, "a") as f:
-            f.write("parent-in\n")
+    with pytest.raises(fsdurable.LockTimeout), store.lock("session:x", timeout=0.1):
+        pass
+    with store.lock("session:x", timeout=30), open(log, "a") as f:
+        f.write("parent-in\n")
     child.wait(timeout=30)
     assert log.read_text().split() == ["child-in", "child-out", "parent-in"]
     with store.lock("session:other", timeout=0.1):  # other routes are independent
