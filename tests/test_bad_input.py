@@ -1,0 +1,160 @@
+"""Bad files in a store: quarantined with an event, never a crash, nothing else touched."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import attrs
+import pytest
+
+import fsdurable
+from fsdurable import Config, Store, UnreadableState
+
+GOOD_MARKER = {
+    "format": "fsdurable.marker/1", "session_id": "m", "turn_id": "t", "session_version": 2,
+    "node_id": "node-test", "route_key": "session:m", "source": "api", "started_at": 1.0,
+    "checkpoint_at": 1.0, "resume_attempts": 0,
+}
+
+
+def _session_bytes(store: Store) -> bytes:
+    store.create("good")
+    with open(store.layout.session("good"), "rb") as f:
+        return f.read()
+
+
+BAD_SESSIONS = {
+    "garbage": lambda good: b"\x00\x01garbage",
+    "truncated": lambda good: good[: len(good) // 2],
+    "empty": lambda good: b"",
+    "wrong_type": lambda good: good.replace(b'"version":1', b'"version":"1"'),
+    "bool_for_int": lambda good: good.replace(b'"version":1', b'"version":true'),
+    "unknown_format": lambda good: good.replace(b"fsdurable.session/2", b"fsdurable.session/9"),
+    "wrong_kind": lambda good: good.replace(b"fsdurable.session/2", b"fsdurable.marker/1"),
+    "no_format": lambda good: good.replace(b'"format":"fsdurable.session/2",', b""),
+    "array": lambda good: b"[1, 2, 3]",
+    "bom": lambda good: b"\xef\xbb\xbf" + good,
+    "invalid_utf8": lambda good: good.replace(b'"api"', b'"\xff\xfe"'),
+    "turn_without_in_progress": lambda good: good.replace(b'"in_progress":false',
+                                                          b'"in_progress":true'),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_SESSIONS))
+def test_bad_session_is_quarantined(store: Store, case: str) -> None:
+    good = _session_bytes(store)
+    bad = BAD_SESSIONS[case](good)
+    assert bad != good
+    path = store.layout.session("bad")
+    with open(path, "wb") as f:
+        f.write(bad)
+    assert store.sessions() == ["bad", "good"]  # a listing never opens files
+    with pytest.raises(UnreadableState) as e:
+        store.load("bad")
+    assert e.value.session_id == "bad" and e.value.reason
+    assert store.sessions() == ["good"]
+    [q] = os.listdir(store.layout.quarantine)
+    with open(os.path.join(store.layout.quarantine, q), "rb") as f:
+        assert f.read() == bad  # kept byte for byte
+    [event] = [x for x in store.events("bad") if x.code == "session_quarantined"]
+    assert event.detail["moved_to"].endswith(q)
+    assert store.load("good").version == 1  # nothing else touched
+
+
+def test_oversized_session_is_not_read(root: Path) -> None:
+    store = Store(root, config=Config(max_file_bytes=4096))
+    store.create("big", metadata={"blob": "x" * 1000})
+    with open(store.layout.session("huge"), "wb") as f:
+        f.write(b'{"format": "fsdurable.session/2", "pad": "' + b"x" * 10000 + b'"}')
+    with pytest.raises(UnreadableState) as e:
+        store.load("huge")
+    assert e.value.reason == "oversized"
+    with pytest.raises(fsdurable.InvalidState):
+        store.save(attrs.evolve(store.load("big"), metadata={"blob": {1, 2}}))  # not JSON
+    assert store.load("big").version == 1
+
+
+BAD_MARKERS = {
+    "garbage": b"garbage",
+    "truncated": json.dumps(GOOD_MARKER).encode()[:40],
+    "wrong_type": json.dumps({**GOOD_MARKER, "resume_attempts": "0"}).encode(),
+    "bool_for_int": json.dumps({**GOOD_MARKER, "resume_attempts": True}).encode(),
+    "unknown_version": json.dumps({**GOOD_MARKER, "format": "fsdurable.marker/7"}).encode(),
+    "missing_field": json.dumps({k: v for k, v in GOOD_MARKER.items()
+                                 if k != "turn_id"}).encode(),
+    "names_another_session": json.dumps({**GOOD_MARKER, "session_id": "other"}).encode(),
+    "duplicate_keys": b'{"format": "fsdurable.marker/1", "format": "fsdurable.marker/1"}',
+    "nan": json.dumps(GOOD_MARKER).replace('"checkpoint_at": 1.0',
+                                           '"checkpoint_at": NaN').encode(),
+    "huge_number": json.dumps(GOOD_MARKER).replace('"checkpoint_at": 1.0',
+                                                   '"checkpoint_at": 1e400').encode(),
+    "negative": json.dumps({**GOOD_MARKER, "resume_attempts": -1}).encode(),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_MARKERS))
+def test_bad_marker_is_quarantined_and_discovery_goes_on(store: Store, case: str) -> None:
+    store.create("ok")
+    store.begin_turn("ok", "go")
+    with open(store.layout.marker("m"), "wb") as f:
+        f.write(BAD_MARKERS[case])
+    found = store.interrupted()  # never raises
+    assert [m.session_id for m in found] == ["ok"]
+    assert os.listdir(store.layout.markers) == ["ok.json"]
+    [ev] = [e for e in store.events("m") if e.code == "interrupted_turn_abandoned"]
+    assert ev.reason == "unreadable" and ev.detail["cause"]
+
+
+def test_good_marker_parses(store: Store) -> None:
+    with open(store.layout.marker("m"), "w") as f:
+        json.dump({**GOOD_MARKER, "future_field": [1, 2]}, f)  # unknown keys are ignored
+    [m] = store.interrupted()
+    assert m.session_id == "m" and m.turn_id == "t"
+
+
+def test_symlinked_marker_is_not_followed(store: Store, tmp_path: Path) -> None:
+    outside = tmp_path / "m.json"
+    outside.write_text(json.dumps(GOOD_MARKER))
+    os.symlink(outside, store.layout.marker("m"))
+    assert store.interrupted() == []
+    assert outside.read_text() == json.dumps(GOOD_MARKER)  # the target is untouched
+    assert not os.path.lexists(store.layout.marker("m"))
+
+
+def test_a_directory_where_a_file_should_be(store: Store) -> None:
+    os.mkdir(store.layout.marker("dir"))
+    os.mkdir(store.layout.session("dir2"))
+    assert store.interrupted() == []
+    with pytest.raises(UnreadableState):
+        store.load("dir2")
+
+
+def test_unreadable_manifest_is_quarantined_and_replaced(root: Path) -> None:
+    Store(root)
+    with open(root / "fsdurable.json", "w") as f:
+        f.write("{not json")
+    store = Store(root)
+    assert store.manifest.format == "fsdurable/1"
+    assert any(n.endswith("manifest-fsdurable.json") for n in os.listdir(store.layout.quarantine))
+
+
+def test_a_newer_store_format_is_refused(root: Path) -> None:
+    Store(root)
+    with open(root / "fsdurable.json", "w") as f:
+        json.dump({"format": "fsdurable/2", "store_id": "x", "created_at": 1.0}, f)
+    with pytest.raises(UnreadableState) as e:
+        Store(root)
+    assert e.value.reason == "unknown_version"
+
+
+def test_symlinked_store_directory_is_refused(root: Path, tmp_path: Path) -> None:
+    Store(root)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.rmdir(root / "markers")
+    os.symlink(elsewhere, root / "markers")
+    with pytest.raises(UnreadableState) as e:
+        Store(root)
+    assert e.value.reason == "not_a_directory"
