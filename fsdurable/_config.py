@@ -53,6 +53,16 @@ class Config:
     # Turn it off only for throwaway stores in tests; the durability contract no longer holds then.
     fsync: bool = True
 
+    # Default 0.2 s: `watch` waits this long for a burst of file events to settle, so one commit
+    # (temp write, rename, directory fsync) is reported once, not as three half-states; longer
+    # would make a live view lag.
+    watch_debounce: float = 0.2
+
+    # Default 1 s: with `watch --poll` (network filesystems, where inotify never hears of a remote
+    # change) the directories are re-listed this often; a shorter interval costs a stat of every
+    # session per tick, a longer one reports changes late.
+    watch_poll_interval: float = 1.0
+
     # Tools refused in an unattended run (every recovered turn is unattended): a destructive call
     # resumed with nobody present cannot be undone. Hosts extend this with their own names.
     unattended_deny: frozenset[str] = frozenset(

@@ -124,6 +124,13 @@ class Store:
         """Every node's events (optionally one session's), oldest first."""
         return self.log.read(session_id)
 
+    def watch(self, **kw: Any) -> Iterator[Any]:
+        """Live changes of markers, sessions and conflict copies, judged by version (a generator
+        of ``Change``; see ``fsdurable._watch.watch`` for ``poll``, ``initial``, ``stop_event``)."""
+        from ._watch import watch
+
+        return watch(self, **kw)
+
     def subscribe(self, fn: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``fn(event)`` for each event this process emits; returns an unsubscribe function."""
         return self.log.subscribe(fn)
