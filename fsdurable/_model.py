@@ -7,6 +7,7 @@ gate the turn (age, attempts, owner node) without reading the session.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import attrs
@@ -21,6 +22,16 @@ ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 def _roles(inst: object, attribute: attrs.Attribute[str], value: str) -> None:
     if value not in ROLES:
         raise ValueError(f"role must be one of {ROLES}, got {value!r}")
+
+
+def _finite(inst: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    # orjson writes NaN and infinities as null: such a session could be saved but never read back
+    if value is not None and not math.isfinite(value):
+        raise ValueError(f"{attribute.name} must be a finite number, got {value!r}")
+
+
+def _time() -> Any:
+    return attrs.field(validator=_finite)
 
 
 @attrs.frozen
@@ -55,8 +66,8 @@ class LedgerEntry:
     effect: str
     idempotency_key: str
     status: str
-    intent_at: float
-    outcome_at: float | None = None
+    intent_at: float = _time()
+    outcome_at: float | None = attrs.field(default=None, validator=_finite)
     result: str | None = None
 
 
@@ -65,8 +76,8 @@ class Turn:
     """The turn in progress: when it started, its last checkpoint and its resume attempts."""
 
     id: str
-    started_at: float
-    checkpoint_at: float
+    started_at: float = _time()
+    checkpoint_at: float = _time()
     phase: str = "started"
     resume_attempts: int = 0
     ledger: tuple[LedgerEntry, ...] = ()
@@ -84,8 +95,8 @@ class Session:
 
     id: str
     version: int = 0
-    created_at: float = 0.0
-    updated_at: float = 0.0
+    created_at: float = attrs.field(default=0.0, validator=_finite)
+    updated_at: float = attrs.field(default=0.0, validator=_finite)
     source: str = "api"  # provenance only: it never grants anything (a resumed turn is unattended)
     route_key: str = ""
     in_progress: bool = False
@@ -109,8 +120,8 @@ class Marker:
     node_id: str
     route_key: str
     source: str
-    started_at: float
-    checkpoint_at: float
+    started_at: float = _time()
+    checkpoint_at: float = _time()
     resume_attempts: int = 0
 
     @classmethod
