@@ -1,0 +1,116 @@
+"""Hypothesis strategies for every on-disk file kind (shared by test_codec and test_schemas)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from fsdurable._model import (
+    EFFECTS,
+    LEDGER_STATUSES,
+    ROLES,
+    Event,
+    LedgerEntry,
+    Manifest,
+    Marker,
+    Message,
+    Session,
+    ToolCall,
+    Turn,
+)
+
+# orjson writes integers of at most 64 bits; the readers keep anything in this range exact.
+INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+COUNTS = st.integers(min_value=0, max_value=2**63 - 1)
+FLOATS = st.floats(allow_nan=False, allow_infinity=False)
+TIMES = st.one_of(FLOATS, st.floats(min_value=0, max_value=4e9))
+TEXT = st.text(max_size=30)  # default alphabet: any code point except surrogates
+IDS = st.text(alphabet="abcXYZ019_-", min_size=1, max_size=12) | st.just("a" * 128)
+OPT_TEXT = st.none() | TEXT
+
+
+def json_values(floats: st.SearchStrategy[float] = FLOATS) -> st.SearchStrategy[Any]:
+    """Arbitrary JSON: null, bools, 64-bit ints, finite floats, strings, arrays, objects."""
+    scalars = st.none() | st.booleans() | INT64 | floats | TEXT
+    return st.recursive(
+        scalars,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
+        max_leaves=12,
+    )
+
+
+JSON_OBJECTS = st.dictionaries(TEXT, json_values(), max_size=5)
+
+tool_calls = st.builds(ToolCall, id=TEXT, name=TEXT, arguments=JSON_OBJECTS)
+messages = st.builds(
+    Message,
+    role=st.sampled_from(ROLES),
+    content=TEXT,
+    tool_calls=st.lists(tool_calls, max_size=3).map(tuple),
+    tool_call_id=OPT_TEXT,
+)
+ledger_entries = st.builds(
+    LedgerEntry,
+    tool_call_id=TEXT,
+    name=TEXT,
+    effect=st.sampled_from(EFFECTS),
+    idempotency_key=TEXT,
+    status=st.sampled_from(LEDGER_STATUSES),
+    intent_at=TIMES,
+    outcome_at=st.none() | TIMES,
+    result=OPT_TEXT,
+)
+turns = st.builds(
+    Turn,
+    id=TEXT,
+    started_at=TIMES,
+    checkpoint_at=TIMES,
+    phase=TEXT,
+    resume_attempts=COUNTS,
+    ledger=st.lists(ledger_entries, max_size=3).map(tuple),
+)
+
+
+@st.composite
+def sessions(draw: st.DrawFn) -> Session:
+    """Any session the store could write: version >= 1, a turn iff in progress."""
+    turn = draw(st.none() | turns)
+    return Session(
+        id=draw(IDS),
+        version=draw(st.integers(min_value=1, max_value=2**63 - 1)),
+        created_at=draw(TIMES),
+        updated_at=draw(TIMES),
+        source=draw(TEXT),
+        route_key=draw(TEXT),
+        in_progress=turn is not None,
+        turn=turn,
+        messages=tuple(draw(st.lists(messages, max_size=4))),
+        summary=draw(OPT_TEXT),
+        metadata=draw(JSON_OBJECTS),
+    )
+
+
+markers = st.builds(
+    Marker,
+    session_id=IDS,
+    turn_id=TEXT,
+    session_version=COUNTS,
+    node_id=TEXT,
+    route_key=TEXT,
+    source=TEXT,
+    started_at=TIMES,
+    checkpoint_at=TIMES,
+    resume_attempts=COUNTS,
+)
+events = st.builds(
+    Event,
+    at=TIMES,
+    code=TEXT,
+    session_id=OPT_TEXT,
+    turn_id=OPT_TEXT,
+    node_id=OPT_TEXT,
+    reason=OPT_TEXT,
+    detail=JSON_OBJECTS,
+)
+manifests = st.builds(Manifest, store_id=TEXT, created_at=TIMES)

@@ -1,0 +1,618 @@
+"""The codec: round-trips of every file kind, strict decoding, and the migration registry."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import fsdurable
+from fsdurable import _codec
+from fsdurable._codec import (
+    encode_event,
+    encode_manifest,
+    encode_marker,
+    encode_session,
+    parse_event,
+    parse_manifest,
+    parse_marker,
+    parse_session,
+)
+from fsdurable._errors import FsDurableError, InvalidState, UnreadableState
+from fsdurable._model import (
+    Event,
+    LedgerEntry,
+    Manifest,
+    Marker,
+    Message,
+    Session,
+    ToolCall,
+    Turn,
+)
+
+from .codec_strategies import events, json_values, manifests, markers, sessions
+from .conftest import DATA
+
+SETTINGS = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# ---------------------------------------------------------------- a rich sample of each kind
+
+LEDGER = (
+    LedgerEntry("call_1", "send_email", "external", "s1:t1:call_1", "done", 10.5, 11.0, "sent"),
+    LedgerEntry("call_2", "charge_card", "external", "s1:t1:call_2", "intent", 12.0),
+)
+SESSION = Session(
+    id="s1", version=3, created_at=1.5, updated_at=12.25, source="cli", route_key="chat:42",
+    in_progress=True,
+    turn=Turn(id="t1", started_at=10.0, checkpoint_at=12.0, phase="tools", resume_attempts=1,
+              ledger=LEDGER),
+    messages=(
+        Message("user", "send it"),
+        Message("assistant", "", (ToolCall("call_1", "send_email", {"to": ["a@b"], "n": 1}),
+                                  ToolCall("call_2", "charge_card", {}))),
+        Message("tool", "sent", tool_call_id="call_1"),
+    ),
+    summary="earlier: greetings",
+    metadata={"title": "x", "nested": {"list": [1, 2.5, None, True, "s"]}},
+)
+MARKER = Marker("s1", "t1", 3, "node-a", "chat:42", "cli", 10.0, 12.0, 1)
+EVENT = Event(at=12.5, code="turn_started", session_id="s1", turn_id="t1", node_id="node-a",
+              reason=None, detail={"k": [1, {"x": None}]})
+MANIFEST = Manifest(store_id="abc123", created_at=1.0)
+
+
+def session_dict() -> dict[str, Any]:
+    d: dict[str, Any] = orjson.loads(encode_session(SESSION))
+    return d
+
+
+def small_dict(data: bytes) -> dict[str, Any]:
+    d: dict[str, Any] = json.loads(data)
+    return d
+
+
+def dumps(d: Any) -> bytes:
+    return json.dumps(d).encode()
+
+
+def expect_unreadable(parse: Callable[..., Any], data: bytes, reason: str) -> UnreadableState:
+    with pytest.raises(UnreadableState) as info:
+        parse(data, path="/some/file.json")
+    err = info.value
+    assert err.reason == reason, (err.reason, err)
+    assert err.path == "/some/file.json"
+    assert isinstance(err, FsDurableError) and str(err)
+    return err
+
+
+# ---------------------------------------------------------------- (1) round trips
+
+
+def test_rich_samples_round_trip() -> None:
+    assert parse_session(encode_session(SESSION)) == (SESSION, False)
+    assert parse_marker(encode_marker(MARKER)) == MARKER
+    assert parse_event(encode_event(EVENT)) == EVENT
+    assert parse_manifest(encode_manifest(MANIFEST)) == MANIFEST
+
+
+@SETTINGS
+@given(sessions())
+def test_session_round_trip(s: Session) -> None:
+    data = encode_session(s)
+    back, migrated = parse_session(data)
+    assert back == s and not migrated
+    assert encode_session(back) == data  # canonical: a re-save changes nothing
+
+
+@SETTINGS
+@given(markers)
+def test_marker_round_trip(m: Marker) -> None:
+    data = encode_marker(m)
+    assert parse_marker(data) == m
+    assert encode_marker(parse_marker(data)) == data
+
+
+@SETTINGS
+@given(events)
+def test_event_round_trip(e: Event) -> None:
+    line = encode_event(e)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1  # one line of the jsonl log
+    assert parse_event(line) == e
+
+
+@SETTINGS
+@given(manifests)
+def test_manifest_round_trip(m: Manifest) -> None:
+    assert parse_manifest(encode_manifest(m)) == m
+
+
+def test_floats_stay_floats_and_ints_stay_ints() -> None:
+    s = attrs.evolve(SESSION, metadata={"i": 1, "f": 1.0, "neg0": -0.0, "big": 2**63 - 1})
+    back, _ = parse_session(encode_session(s))
+    assert type(back.metadata["i"]) is int and type(back.metadata["f"]) is float
+    assert back.metadata["big"] == 2**63 - 1
+    # a time written as an integer by another writer reads as a float
+    d = session_dict()
+    d["created_at"] = 5
+    back, _ = parse_session(dumps(d))
+    assert back.created_at == 5.0 and type(back.created_at) is float
+
+
+def test_unserialisable_session_is_refused_on_encode() -> None:
+    for bad in ({"x": object()}, {"x": 2**70}, {1: "int key"}):
+        with pytest.raises(InvalidState) as info:
+            encode_session(attrs.evolve(SESSION, metadata=bad))
+        assert info.value.reason == "not_json"
+    with pytest.raises(InvalidState):
+        encode_event(attrs.evolve(EVENT, detail={"x": float("inf")}))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_times_never_reach_the_disk(bad: float) -> None:
+    # orjson would write them as null, and the file could then never be read back
+    turn = SESSION.turn
+    assert turn is not None
+    for build in (lambda: attrs.evolve(SESSION, created_at=bad),
+                  lambda: attrs.evolve(SESSION, updated_at=bad),
+                  lambda: attrs.evolve(turn, started_at=bad),
+                  lambda: attrs.evolve(turn, checkpoint_at=bad),
+                  lambda: attrs.evolve(LEDGER[0], intent_at=bad),
+                  lambda: attrs.evolve(LEDGER[0], outcome_at=bad),
+                  lambda: attrs.evolve(MARKER, checkpoint_at=bad)):
+        with pytest.raises(ValueError, match="finite"):
+            build()
+    with pytest.raises(InvalidState):
+        encode_event(attrs.evolve(EVENT, at=bad))
+
+
+# ---------------------------------------------------------------- (2) strictness: sessions
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """A mutation setting ``value`` at a dotted path (numbers index lists); ``...`` deletes."""
+
+    def mutate(d: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node: Any = d
+        for p in parents:
+            node = node[int(p)] if p.isdigit() else node[p]
+        key: Any = int(last) if last.isdigit() else last
+        if value is ...:
+            del node[key]
+        else:
+            node[key] = value
+
+    return mutate
+
+
+SESSION_MUTATIONS = [
+    ("version", "3", "wrong_type"),
+    ("version", True, "wrong_type"),
+    ("version", 1.0, "wrong_type"),
+    ("version", None, "wrong_type"),
+    ("version", ..., "missing_field"),
+    ("version", 0, "wrong_value"),
+    ("version", -4, "wrong_value"),
+    ("version", 2**64, "wrong_type"),  # beyond 64 bits orjson reads a float: refused, not rounded
+    ("id", 7, "wrong_type"),
+    ("id", ..., "wrong_type"),
+    ("created_at", True, "wrong_type"),
+    ("created_at", "1.5", "wrong_type"),
+    ("updated_at", None, "wrong_type"),
+    ("source", ["cli"], "wrong_type"),
+    ("route_key", 1, "wrong_type"),
+    ("in_progress", 1, "wrong_type"),
+    ("in_progress", "true", "wrong_type"),
+    ("in_progress", False, "wrong_type"),  # a turn without in_progress
+    ("turn", None, "wrong_type"),  # in_progress without a turn
+    ("turn", [], "wrong_type"),
+    ("turn.id", ..., "wrong_type"),
+    ("turn.started_at", False, "wrong_type"),
+    ("turn.resume_attempts", "1", "wrong_type"),
+    ("turn.resume_attempts", 1.0, "wrong_type"),
+    ("turn.resume_attempts", -1, "wrong_value"),
+    ("turn.ledger", {}, "wrong_type"),
+    ("turn.ledger", "call_1", "wrong_type"),
+    ("turn.ledger.0", "call_1", "wrong_type"),
+    ("turn.ledger.0.intent_at", "10", "wrong_type"),
+    ("turn.ledger.0.outcome_at", True, "wrong_type"),
+    ("turn.ledger.0.result", 3, "wrong_type"),
+    ("turn.ledger.1.status", ..., "wrong_type"),
+    ("messages", {}, "wrong_type"),  # messages as an object
+    ("messages", {"0": {"role": "user"}}, "wrong_type"),
+    ("messages", "send it", "wrong_type"),  # a string where a list is
+    ("messages", None, "wrong_type"),
+    ("messages.0", "send it", "wrong_type"),
+    ("messages.0.role", "wizard", "wrong_type"),
+    ("messages.0.role", 1, "wrong_type"),
+    ("messages.0.content", None, "wrong_type"),
+    ("messages.0.content", ["send", "it"], "wrong_type"),
+    ("messages.1.tool_calls", {}, "wrong_type"),
+    ("messages.1.tool_calls.0.arguments", [], "wrong_type"),
+    ("messages.1.tool_calls.0.arguments", '{"to": 1}', "wrong_type"),
+    ("messages.1.tool_calls.0.name", ..., "wrong_type"),
+    ("messages.2.tool_call_id", 5, "wrong_type"),
+    ("summary", 3, "wrong_type"),
+    ("metadata", [], "wrong_type"),
+    ("metadata", None, "wrong_type"),
+    ("metadata", "x", "wrong_type"),
+    ("format", "fsdurable.session/3", "unknown_version"),
+    ("format", "fsdurable.session/99", "unknown_version"),
+    ("format", "fsdurable.session/0", "unknown_version"),  # older than any migration
+    ("format", "fsdurable.marker/1", "wrong_kind"),
+    ("format", "fsdurable.event/1", "wrong_kind"),
+    ("format", "fsdurable.session/2.0", "no_format"),
+    ("format", "fsdurable.session/\u00b2", "no_format"),
+    ("format", "fsdurable.session", "no_format"),
+    ("format", "other.session/2", "no_format"),
+    ("format", 2, "no_format"),
+    ("format", ..., "no_format"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "reason"), SESSION_MUTATIONS,
+                         ids=[f"{p}={v!r}" for p, v, _ in SESSION_MUTATIONS])
+def test_session_wrong_shapes_are_refused(path: str, value: Any, reason: str) -> None:
+    d = session_dict()
+    _set(path, value)(d)
+    expect_unreadable(parse_session, dumps(d), reason)
+
+
+GOOD = encode_session(SESSION)
+SESSION_BYTES = [
+    ("bom", b"\xef\xbb\xbf" + GOOD),
+    ("invalid_utf8", GOOD.replace(b'"send it"', b'"send \xff it"')),
+    ("overlong_utf8", GOOD.replace(b'"send it"', b'"send \xc0\xaf it"')),
+    ("lone_surrogate", GOOD.replace(b'"send it"', b'"\\ud800"')),
+    ("nan", GOOD.replace(b"2.5", b"NaN")),
+    ("infinity", GOOD.replace(b"2.5", b"Infinity")),
+    ("minus_infinity", GOOD.replace(b"2.5", b"-Infinity")),
+    ("overflow", GOOD.replace(b"2.5", b"1e400")),
+    ("truncated", GOOD[: len(GOOD) // 2]),
+    ("empty", b""),
+    ("nul", b"\x00" * 64),
+    ("array", b"[" + GOOD + b"]"),
+    ("string", b'"fsdurable.session/2"'),
+    ("trailing_garbage", GOOD + b"}"),
+    ("deep", b'{"format":"fsdurable.session/2","id":"s","version":1,"metadata":'
+     + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+]
+
+
+@pytest.mark.parametrize(("name", "data"), SESSION_BYTES, ids=[n for n, _ in SESSION_BYTES])
+def test_session_bad_bytes_are_refused(name: str, data: bytes) -> None:
+    expect_unreadable(parse_session, data, "invalid_json")
+
+
+def test_unknown_keys_are_ignored_everywhere() -> None:
+    d = session_dict()
+    d["added_by_a_newer_writer"] = {"x": [1]}
+    d["turn"]["future"] = 1
+    d["turn"]["ledger"][0]["future"] = None
+    d["messages"][1]["future"] = "x"
+    d["messages"][1]["tool_calls"][0]["future"] = []
+    assert parse_session(dumps(d)) == (SESSION, False)
+    for parse, enc, obj in ((parse_marker, encode_marker, MARKER),
+                            (parse_event, encode_event, EVENT),
+                            (parse_manifest, encode_manifest, MANIFEST)):
+        dd = small_dict(enc(obj))  # type: ignore[operator]
+        dd["added_by_a_newer_writer"] = [1, 2]
+        assert parse(dumps(dd)) == obj  # type: ignore[operator]
+
+
+def test_optional_session_keys_take_their_defaults() -> None:
+    s, _ = parse_session(b'{"format":"fsdurable.session/2","id":"minimal","version":2}')
+    assert s == Session(id="minimal", version=2)
+
+
+# ---------------------------------------------------------------- (2) strictness: small files
+
+MARKER_MUTATIONS = [
+    ("session_version", "3", "wrong_type"),
+    ("session_version", True, "wrong_type"),
+    ("session_version", 3.0, "wrong_type"),
+    ("session_version", -1, "wrong_value"),
+    ("resume_attempts", -1, "wrong_value"),
+    ("resume_attempts", False, "wrong_type"),
+    ("resume_attempts", ..., "missing_field"),
+    ("started_at", True, "wrong_type"),
+    ("checkpoint_at", "12", "wrong_type"),
+    ("checkpoint_at", None, "wrong_type"),
+    ("node_id", None, "wrong_type"),
+    ("route_key", ["chat:42"], "wrong_type"),
+    ("session_id", ..., "missing_field"),
+    ("turn_id", {}, "wrong_type"),
+    ("format", "fsdurable.marker/2", "unknown_version"),
+    ("format", "fsdurable.session/2", "wrong_kind"),
+    ("format", None, "no_format"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "reason"), MARKER_MUTATIONS,
+                         ids=[f"{p}={v!r}" for p, v, _ in MARKER_MUTATIONS])
+def test_marker_wrong_shapes_are_refused(path: str, value: Any, reason: str) -> None:
+    d = small_dict(encode_marker(MARKER))
+    _set(path, value)(d)
+    expect_unreadable(parse_marker, dumps(d), reason)
+
+
+EVENT_MUTATIONS = [
+    ("at", "12.5", "wrong_type"),
+    ("at", True, "wrong_type"),
+    ("at", ..., "missing_field"),
+    ("code", 1, "wrong_type"),
+    ("session_id", 5, "wrong_type"),
+    ("reason", ["stale"], "wrong_type"),
+    ("detail", [], "wrong_type"),
+    ("detail", None, "wrong_type"),
+    ("format", "fsdurable.event/2", "unknown_version"),
+    ("format", "fsdurable.marker/1", "wrong_kind"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "reason"), EVENT_MUTATIONS,
+                         ids=[f"{p}={v!r}" for p, v, _ in EVENT_MUTATIONS])
+def test_event_wrong_shapes_are_refused(path: str, value: Any, reason: str) -> None:
+    d = small_dict(encode_event(EVENT))
+    _set(path, value)(d)
+    expect_unreadable(parse_event, dumps(d), reason)
+
+
+MANIFEST_MUTATIONS = [
+    ("format", "fsdurable/2", "unknown_version"),
+    ("format", "fsdurable.session/2", "unknown_version"),
+    ("store_id", 5, "wrong_type"),
+    ("created_at", True, "wrong_type"),
+    ("created_at", ..., "missing_field"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "reason"), MANIFEST_MUTATIONS,
+                         ids=[f"{p}={v!r}" for p, v, _ in MANIFEST_MUTATIONS])
+def test_manifest_wrong_shapes_are_refused(path: str, value: Any, reason: str) -> None:
+    d = small_dict(encode_manifest(MANIFEST))
+    _set(path, value)(d)
+    expect_unreadable(parse_manifest, dumps(d), reason)
+
+
+def _small_bad_bytes(good: bytes, number: bytes) -> list[tuple[str, bytes]]:
+    key = good.split(b'"')[1]  # the first key, "format"
+    return [
+        ("duplicate_key", good.replace(b"{", b'{"%s": "x", ' % key, 1)),
+        ("bom", b"\xef\xbb\xbf" + good),
+        ("invalid_utf8", good.replace(b"{", b'{"\xff": 1, ', 1)),
+        ("lone_surrogate_bytes", good.replace(b"{", b'{"\xed\xa0\x80": 1, ', 1)),
+        ("nan", good.replace(number, b"NaN", 1)),
+        ("infinity", good.replace(number, b"-Infinity", 1)),
+        ("overflow", good.replace(number, b"1e400", 1)),
+        ("truncated", good[: len(good) // 2]),
+        ("empty", b""),
+        ("array", b"[" + good + b"]"),
+        ("deep", b'{"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+    ]
+
+
+SMALL_BYTES = [
+    (kind, name, data)
+    for kind, good, number in (("marker", encode_marker(MARKER), b"12.0"),
+                               ("event", encode_event(EVENT), b"12.5"),
+                               ("manifest", encode_manifest(MANIFEST), b"1.0"))
+    for name, data in _small_bad_bytes(good, number)
+]
+SMALL_PARSERS: dict[str, Callable[..., Any]] = {
+    "marker": parse_marker, "event": parse_event, "manifest": parse_manifest}
+
+
+@pytest.mark.parametrize(("kind", "name", "data"), SMALL_BYTES,
+                         ids=[f"{k}-{n}" for k, n, _ in SMALL_BYTES])
+def test_small_file_bad_bytes_are_refused(kind: str, name: str, data: bytes) -> None:
+    expect_unreadable(SMALL_PARSERS[kind], data, "invalid_json")
+
+
+def test_duplicate_keys_in_a_marker_are_refused_even_when_equal() -> None:
+    good = encode_marker(MARKER)
+    twice = good.replace(b'"turn_id": "t1"', b'"turn_id": "t1", "turn_id": "t1"')
+    assert twice != good
+    err = expect_unreadable(parse_marker, twice, "invalid_json")
+    assert "turn_id" in str(err)
+    nested = encode_event(EVENT).replace(b'"k":', b'"k":1,"k":')
+    expect_unreadable(parse_event, nested, "invalid_json")
+
+
+def test_event_detail_may_not_hold_non_finite_numbers() -> None:
+    line = encode_event(EVENT).replace(b'"x":null', b'"x":1e999')
+    expect_unreadable(parse_event, line, "invalid_json")
+
+
+# ---------------------------------------------------------------- (2) properties of strictness
+
+# JSON types each session field accepts; a value of any other JSON type must be refused.
+SESSION_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (str,), "version": (int,), "created_at": (int, float), "updated_at": (int, float),
+    "source": (str,), "route_key": (str,), "in_progress": (bool,), "messages": (list,),
+    "summary": (str, type(None)), "metadata": (dict,),
+}
+
+
+def _json_type_ok(v: Any, types: tuple[type, ...]) -> bool:
+    if isinstance(v, bool):
+        return bool in types
+    return isinstance(v, types)
+
+
+@SETTINGS
+@given(st.sampled_from(sorted(SESSION_FIELD_TYPES)), json_values())
+def test_any_value_of_a_wrong_type_is_refused_never_coerced(field: str, value: Any) -> None:
+    d = session_dict()
+    d["in_progress"], d["turn"] = False, None
+    d[field] = value
+    data = orjson.dumps(d)
+    if _json_type_ok(value, SESSION_FIELD_TYPES[field]):
+        return  # right type (range checks aside): covered by the round trips
+    with pytest.raises(UnreadableState) as info:
+        parse_session(data)
+    assert info.value.reason == "wrong_type"
+
+
+@SETTINGS
+@given(st.binary(max_size=300) | json_values().map(lambda v: json.dumps(v).encode()))
+def test_garbage_only_ever_raises_unreadable_state(data: bytes) -> None:
+    for parse in (parse_session, parse_marker, parse_event, parse_manifest):
+        try:
+            parse(data)
+        except UnreadableState as e:
+            assert e.reason
+        else:  # pragma: no cover - garbage that happens to be a valid file
+            pass
+
+
+@SETTINGS
+@given(st.sampled_from(["session", "marker", "event"]), st.integers(min_value=1, max_value=10**6))
+def test_every_future_version_is_unknown(kind: str, ahead: int) -> None:
+    current = _codec.CURRENT[kind]
+    data = dumps({"format": f"fsdurable.{kind}/{current + ahead}", "id": "x", "version": 1})
+    parse = {"session": parse_session, "marker": parse_marker, "event": parse_event}[kind]
+    expect_unreadable(parse, data, "unknown_version")
+
+
+# ---------------------------------------------------------------- (3) the migration registry
+
+V1_ID = "legacy-chat_01"
+
+
+def v1_fixture() -> dict[str, Any]:
+    d: dict[str, Any] = json.loads((DATA / "session_v1.json").read_text(encoding="utf-8"))
+    return d
+
+
+EXPECTED_V1_MESSAGES = (
+    Message("system", "You are a careful assistant."),
+    Message("user", "Book the 9:40 train and tell Ana."),
+    Message("assistant", "", (ToolCall("call_1", "book_train", {"time": "09:40", "seats": 1}),
+                              ToolCall("call_2", "send_message", {"to": "Ana", "urgent": True}))),
+    Message("tool", "booked: seat 42", tool_call_id="call_1"),
+    Message("tool", "sent", tool_call_id="call_2"),
+    Message("assistant", "Done \u2014 seat 42, and Ana knows. \U0001f686"),
+)
+
+
+def test_the_registry_holds_a_step_for_every_older_version() -> None:
+    for kind, current in _codec.CURRENT.items():
+        for ver in range(1, current):
+            assert (kind, ver) in _codec.MIGRATIONS, (kind, ver)
+    assert ("session", 1) in _codec.MIGRATIONS
+
+
+def test_v1_fixture_parses_into_the_current_model() -> None:
+    s, migrated = parse_session((DATA / "session_v1.json").read_bytes())
+    assert migrated
+    assert s == Session(
+        id=V1_ID, version=7, created_at=1764400000.25, updated_at=1764403600.5,
+        source="telegram", route_key=f"session:{V1_ID}", in_progress=False, turn=None,
+        messages=EXPECTED_V1_MESSAGES, summary=None,
+        metadata={"title": "Train", "tags": ["travel", "work"], "rating": 4.5,
+                  "extra": {"n": None, "ok": False}},
+    )
+
+
+def _fixed_store(root: Path, now: float = 1764500000.0) -> fsdurable.Store:
+    return fsdurable.Store(root, clock=lambda: now)
+
+
+def test_v1_session_loads_through_the_store_and_is_rewritten(root: Path) -> None:
+    store = _fixed_store(root)
+    path = root / "sessions" / f"{V1_ID}.json"
+    shutil.copyfile(DATA / "session_v1.json", path)
+    seen: list[Event] = []
+    store.subscribe(seen.append)
+
+    s = store.load(V1_ID)
+
+    assert s.version == 8  # the rewrite is a commit: 7 -> 8, through the commit function
+    assert s.updated_at == 1764500000.0
+    assert s.created_at == 1764400000.25 and s.source == "telegram"
+    assert s.route_key == f"session:{V1_ID}" and not s.in_progress and s.turn is None
+    assert s.messages == EXPECTED_V1_MESSAGES
+    assert s.metadata["tags"] == ["travel", "work"]
+    raw = json.loads(path.read_bytes())
+    assert raw["format"] == "fsdurable.session/2"
+    assert "created" not in raw and "updated" not in raw
+    assert all("text" not in m and "content" in m for m in raw["messages"])
+    assert parse_session(path.read_bytes()) == (s, False)
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    assert not (root / "markers" / f"{V1_ID}.json").exists()
+    migrated = [e for e in store.events(V1_ID) if e.code == "session_migrated"]
+    assert len(migrated) == 1 and migrated[0].detail == {"version": 8}
+    assert [e.code for e in seen] == ["session_migrated"]
+
+    # migrated once: a second store reading the file sees the current format, no new event
+    again = _fixed_store(root).load(V1_ID)
+    assert again == s
+    assert [e.code for e in store.events(V1_ID)] == ["session_migrated"]
+
+
+def test_v1_session_in_progress_migrates_attempts_and_gets_its_marker(root: Path) -> None:
+    store = _fixed_store(root)
+    d = v1_fixture()
+    d["in_progress"] = True
+    d["turn"] = {"id": "turn-9", "started_at": 1764403000.0, "checkpoint_at": 1764403500.0,
+                 "phase": "tools", "attempts": 2,
+                 "ledger": [{"tool_call_id": "call_1", "name": "book_train",
+                             "effect": "external", "idempotency_key": f"{V1_ID}:turn-9:call_1",
+                             "status": "intent", "intent_at": 1764403400.0}]}
+    (root / "sessions" / f"{V1_ID}.json").write_bytes(dumps(d))
+
+    s = store.load(V1_ID)
+
+    assert s.in_progress and s.turn is not None
+    assert s.turn.resume_attempts == 2 and s.turn.phase == "tools"
+    assert s.turn.ledger[0].status == "intent" and s.turn.ledger[0].outcome_at is None
+    # the rewrite went through the commit function: in progress => marker written first
+    [m] = store.interrupted()
+    assert (m.session_id, m.turn_id, m.resume_attempts, m.session_version) == (
+        V1_ID, "turn-9", 2, 8)
+    assert m.route_key == f"session:{V1_ID}" and m.node_id == "node-test"
+
+
+def test_an_older_version_without_a_migration_step_is_unknown() -> None:
+    # version 0 of a session never existed: no step, so it is refused rather than guessed at
+    d = v1_fixture()
+    d["format"] = "fsdurable.session/0"
+    expect_unreadable(parse_session, dumps(d), "unknown_version")
+
+
+def test_a_broken_v1_file_is_quarantined_not_half_migrated(root: Path) -> None:
+    store = _fixed_store(root)
+    d = v1_fixture()
+    d["messages"] = [{"role": "user", "text": 42}]
+    path = root / "sessions" / f"{V1_ID}.json"
+    path.write_bytes(dumps(d))
+    with pytest.raises(UnreadableState) as info:
+        store.load(V1_ID)
+    assert info.value.reason == "wrong_type"
+    assert not path.exists()
+    [moved] = list((root / "quarantine").iterdir())
+    assert json.loads(moved.read_bytes()) == d  # moved aside untouched, never deleted
+    assert [e.code for e in store.events(V1_ID)] == ["session_quarantined"]
+
+
+@pytest.mark.parametrize("fmt", ["fsdurable.session/3", "fsdurable.marker/1"])
+def test_store_quarantines_unknown_version_and_wrong_kind(root: Path, fmt: str) -> None:
+    store = _fixed_store(root)
+    d = session_dict()
+    d["id"], d["format"] = "s9", fmt
+    (root / "sessions" / "s9.json").write_bytes(dumps(d))
+    with pytest.raises(UnreadableState) as info:
+        store.load("s9")
+    assert info.value.reason == ("unknown_version" if "/3" in fmt else "wrong_kind")
+    [ev] = store.events("s9")
+    assert ev.code == "session_quarantined" and ev.reason == info.value.reason
