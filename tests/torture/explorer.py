@@ -1,0 +1,463 @@
+"""The crash-state explorer: record a workload, then check every state a crash may leave.
+
+1. ``record_workload`` runs >= 50 commits over >= 6 sessions (create, begin turn, checkpoint,
+   attempt increment, ledger patch, metadata patch, turn end, cancel, abandon, delete and an
+   orphan-marker repair after an injected I/O error) with ``_fsio``'s recorder logging every op,
+   and notes when each commit was acknowledged (``_commit_locked`` returned) and what it wrote.
+2. ``explore`` replays the log into ``FsModel`` and, before every op and after the last, builds
+   every crash state the persistence model allows, materialises it on tmpfs, checks the raw
+   state, runs startup (discovery, recovery, ``doctor --repair`` twice) and checks again.
+
+Broken variants of the commit protocol (``MUTANTS``) must each produce a violation: the harness
+has teeth.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from typing import Any
+
+import attrs
+
+from fsdurable import _fsio
+from fsdurable._codec import encode_session, parse_marker, parse_session
+from fsdurable._config import Config
+from fsdurable._errors import ConflictError, StorageError, UnreadableState
+from fsdurable._layout import NameKind, classify
+from fsdurable._model import LedgerEntry, Marker, Session
+from fsdurable._store import Store, _key
+
+from .fsmodel import CrashState, FsModel, Snapshot, snapshot
+
+SHM = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+class Clock:
+    def __init__(self, start: float) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+@attrs.define
+class Ack:
+    at: int  # number of ops done when it returned
+    sid: str
+    session: Session | None  # None: deleted
+    start: int = 0  # number of ops done when it was called
+
+
+@attrs.define
+class Recording:
+    root: str
+    ops: list[tuple[str, tuple[Any, ...]]]
+    acks: list[Ack]
+    results: dict[tuple[str, int], bytes]  # every commit ever made: (id, version) -> file bytes
+    commits: int
+    sessions: int
+    kinds: set[str]
+    t0: float
+    snap: Snapshot
+
+
+CommitImpl = Callable[[Store, Session, int], Session]
+
+
+class RecordingStore(Store):
+    """A Store whose commits (and deletes) are logged with the op count at which they returned."""
+
+    commit_impl: CommitImpl | None = None
+    rec_log: Any = None
+
+    def _commit_locked(self, new: Session, base: int) -> Session:
+        impl = type(self).commit_impl
+        s = impl(self, new, base) if impl is not None else super()._commit_locked(new, base)
+        rec: Recording = type(self).rec_log
+        rec.results[(s.id, s.version)] = encode_session(s)
+        rec.acks.append(Ack(len(rec.ops), s.id, s))
+        rec.commits += 1
+        return s
+
+    def delete(self, session_id: str, *, base_version: int | None = None) -> None:
+        rec: Recording = type(self).rec_log
+        start = len(rec.ops)
+        super().delete(session_id, base_version=base_version)
+        rec.acks.append(Ack(len(rec.ops), session_id, None, start))
+        rec.kinds.add("delete")
+
+
+# ---------------------------------------------------------------------- broken protocols
+
+
+def _write_marker(store: Store, s: Session) -> None:
+    if s.in_progress and store._marker_stale(s.id, s):
+        m = Marker.of(s, store.node_id)
+        from fsdurable._codec import encode_marker
+
+        mst = _fsio.write_atomic(store.layout.marker(s.id), encode_marker(m))
+        with store._mu:
+            store._marks[s.id] = (_key(mst), m)
+
+
+def _write_session(store: Store, s: Session) -> None:
+    st = _fsio.write_atomic(store.layout.session(s.id), encode_session(s))
+    with store._mu:
+        store._seen[s.id] = (_key(st), s.version)
+
+
+def _unmark(store: Store, s: Session) -> None:
+    mpath = store.layout.marker(s.id)
+    if not s.in_progress and _fsio.lstat(mpath) is not None:
+        _fsio.unlink(mpath)
+        with store._mu:
+            store._marks.pop(s.id, None)
+
+
+def _commit_in_order(order: tuple[str, ...]) -> CommitImpl:
+    """A copy of the commit function with its three steps in ``order``."""
+    steps = {"marker": _write_marker, "session": _write_session, "unmark": _unmark}
+
+    def commit(store: Store, new: Session, base: int) -> Session:
+        disk = store._disk_version(new.id)
+        if disk != base:
+            raise ConflictError("version mismatch", session_id=new.id, reason="version_mismatch")
+        s = attrs.evolve(new, version=base + 1, updated_at=store.clock())
+        for name in order:
+            steps[name](store, s)
+        return s
+
+    return commit
+
+
+@contextmanager
+def _patched(obj: Any, name: str, value: Any) -> Iterator[None]:
+    old = getattr(obj, name)
+    setattr(obj, name, value)
+    try:
+        yield
+    finally:
+        setattr(obj, name, old)
+
+
+def _sync_without_fsync(self: Any, f: Any) -> None:
+    f.flush()
+
+
+@contextmanager
+def mutant(name: str) -> Iterator[CommitImpl | None]:
+    """Install one broken variant of the commit protocol; yields the commit impl to use."""
+    if name == "correct":
+        yield None
+    elif name == "correct_copy":  # the test-side copy in the right order must pass
+        yield _commit_in_order(("marker", "session", "unmark"))
+    elif name == "no_file_fsync":
+        with _patched(_fsio._Writer, "sync", _sync_without_fsync):
+            yield None
+    elif name == "no_dir_fsync":
+        with _patched(_fsio, "fsync_dir", lambda path: None):
+            yield None
+    elif name == "session_before_marker":
+        yield _commit_in_order(("session", "marker", "unmark"))
+    elif name == "marker_removed_before_session":
+        yield _commit_in_order(("marker", "unmark", "session"))
+    else:
+        raise ValueError(name)
+
+
+MUTANTS = ("no_file_fsync", "no_dir_fsync", "session_before_marker",
+           "marker_removed_before_session")
+
+
+# ---------------------------------------------------------------------- the workload
+
+
+def record_workload(base: str, *, commit_impl: CommitImpl | None = None,
+                    scale: int = 1) -> Recording:
+    """Run the workload on a fresh store under ``base``; returns the recording."""
+    root = os.path.join(base, "store")
+    t0 = time.time()
+    clock = Clock(t0)
+    Store(root, clock=clock)  # created (and synced) before recording starts
+    rec = Recording(root=os.path.realpath(root), ops=[], acks=[], results={}, commits=0,
+                    sessions=0, kinds=set(), t0=t0, snap=snapshot(root))
+    model_check = FsModel(root)  # snapshot sanity: the model must accept every op
+    inject: list[Callable[[str, tuple[Any, ...]], bool]] = []
+
+    def recorder(op: str, args: tuple[Any, ...]) -> None:
+        for fail in inject:
+            if fail(op, args):
+                inject.remove(fail)
+                raise OSError(errno.EIO, "injected I/O error")
+        rec.ops.append((op, args))
+        model_check.record(op, args)
+
+    class S(RecordingStore):
+        pass
+
+    S.commit_impl = staticmethod(commit_impl) if commit_impl is not None else None  # type: ignore[assignment]
+    S.rec_log = rec
+    prev = _fsio.set_recorder(recorder)
+    try:
+        store = S(root, clock=clock)
+        _workload(store, rec, clock, inject, scale)
+    finally:
+        _fsio.set_recorder(prev)
+    return rec
+
+
+def _workload(store: Store, rec: Recording, clock: Clock,
+              inject: list[Callable[[str, tuple[Any, ...]], bool]], scale: int) -> None:
+    ids = [f"s{i}" for i in range(6)]
+    for sid in ids:
+        store.create(sid, metadata={"n": 0})
+        rec.kinds.add("create")
+    rec.sessions = len(ids)
+    for rnd in range(2 * scale):
+        for i, sid in enumerate(ids if rnd == 0 else ids[:4]):
+            s = store.begin_turn(sid, f"hello {rnd}")
+            s = store.checkpoint(s, phase="model_reply")
+            rec.kinds.add("checkpoint")
+            s = store.patch(sid, lambda cur: attrs.evolve(cur, turn=attrs.evolve(
+                cur.turn, resume_attempts=cur.turn.resume_attempts + 1)))
+            rec.kinds.add("attempt")
+            assert s.turn is not None
+            entry = LedgerEntry(tool_call_id="c1", name="send", effect="external",
+                                idempotency_key=f"{sid}:{s.turn.id}:c1", status="intent",
+                                intent_at=clock())
+            s = store.patch(sid, lambda cur, e=entry: attrs.evolve(
+                cur, turn=attrs.evolve(cur.turn, ledger=(*cur.turn.ledger, e))))
+            s = store.patch(sid, lambda cur, e=entry: attrs.evolve(cur, turn=attrs.evolve(
+                cur.turn, ledger=(attrs.evolve(e, status="done", outcome_at=clock()),))))
+            rec.kinds.add("patch")
+            if i == 1:
+                clock.now += 400  # past marker_refresh: the checkpoint rewrites the marker
+            s = store.checkpoint(s, phase="tools_done")
+            if i == 2 and rnd == 0:
+                store.cancel(sid)
+                rec.kinds.add("cancel")
+            elif i == 3 and rnd == 1:
+                store.abandon_turn(sid, s.turn.id if s.turn else "", reason="test")
+                rec.kinds.add("abandon")
+            else:
+                store.end_turn(s, f"reply {rnd}")
+                rec.kinds.add("end_turn")
+            store.patch(sid, lambda cur: attrs.evolve(
+                cur, metadata={**cur.metadata, "n": cur.metadata.get("n", 0) + 1}))
+    # an I/O error right after the marker of a new turn: the session write fails, the marker is
+    # an orphan, and repair_marker removes it
+    inject.append(lambda op, args: op == "create" and os.sep + "sessions" + os.sep in args[0])
+    with suppress(StorageError):
+        store.begin_turn("s4", "doomed")
+    if store.repair_marker("s4") == "removed_orphan":  # (a mutant may not get that far)
+        rec.kinds.add("repair")
+    # leave one turn in progress (recovery has something to do) and delete two sessions, one
+    # idle and one in progress
+    s = store.begin_turn("s5", "left running")
+    store.checkpoint(s, phase="model_reply")
+    store.begin_turn("s3", "deleted while running")
+    store.delete("s3")
+    store.delete("s2")
+
+
+# ---------------------------------------------------------------------- checking
+
+
+@attrs.define
+class Report:
+    crash_points: int = 0
+    states: int = 0
+    violations: list[str] = attrs.Factory(list)
+    ops: int = 0
+    commits: int = 0
+    sessions: int = 0
+    kinds: set[str] = attrs.Factory(set)
+    seconds: float = 0.0
+
+
+def _own_files(root: str, sub: str) -> dict[str, str]:
+    d = os.path.join(root, sub)
+    out = {}
+    for name in os.listdir(d) if os.path.isdir(d) else []:
+        kind, sid = classify(name)
+        if kind is NameKind.OWN and sid is not None:
+            out[sid] = os.path.join(d, name)
+    return out
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _parse_all(root: str, where: str) -> tuple[dict[str, Session], dict[str, Marker], list[str]]:
+    bad: list[str] = []
+    sessions: dict[str, Session] = {}
+    markers: dict[str, Marker] = {}
+    for sid, path in _own_files(root, "sessions").items():
+        try:
+            sessions[sid] = parse_session(_read(path), path=path)[0]
+        except (UnreadableState, OSError) as e:
+            bad.append(f"{where}: unreadable file under a final name: sessions/{sid}.json ({e})")
+    for sid, path in _own_files(root, "markers").items():
+        try:
+            markers[sid] = parse_marker(_read(path), path=path)
+        except (UnreadableState, OSError) as e:
+            bad.append(f"{where}: unreadable file under a final name: markers/{sid}.json ({e})")
+    return sessions, markers, bad
+
+
+def _marker_biconditional(sessions: dict[str, Session], markers: dict[str, Marker],
+                          where: str, *, orphans_ok: bool) -> list[str]:
+    out = []
+    for sid, s in sessions.items():
+        if s.in_progress:
+            m = markers.get(sid)
+            assert s.turn is not None
+            if m is None:
+                out.append(f"{where}: session {sid} in progress without a marker")
+            elif m.turn_id != s.turn.id:
+                out.append(f"{where}: marker of {sid} names turn {m.turn_id}, not {s.turn.id}")
+            elif m.resume_attempts < s.turn.resume_attempts:
+                out.append(f"{where}: marker of {sid} under-counts resume attempts")
+    if not orphans_ok:
+        for sid in markers:
+            s2 = sessions.get(sid)
+            if s2 is None or not s2.in_progress:
+                out.append(f"{where}: orphan marker {sid} not repaired")
+    return out
+
+
+def _acked_state(rec: Recording, k: int) -> dict[str, Ack]:
+    """The last acknowledged commit of each session at crash point ``k``; a delete in flight
+    counts as acknowledged once it started (the file may already be gone)."""
+    last: dict[str, Ack] = {}
+    for a in rec.acks:
+        if a.at <= k or (a.session is None and a.start < k):
+            last[a.sid] = a
+    return last
+
+
+def _check_acked(rec: Recording, acked: dict[str, Ack], sessions: dict[str, Session],
+                 raw: dict[str, bytes], where: str, after_startup: bool, k: int) -> list[str]:
+    out = []
+    for sid, a in acked.items():
+        cur = sessions.get(sid)
+        if a.session is None:
+            if sid in raw and a.at <= k:
+                out.append(f"{where}: deleted session {sid} came back")
+            continue
+        if cur is None:
+            out.append(f"{where}: acknowledged session {sid} v{a.session.version} lost")
+            continue
+        if cur.version < a.session.version:
+            out.append(f"{where}: session {sid} rolled back from acknowledged "
+                       f"v{a.session.version} to v{cur.version}")
+        elif not after_startup:
+            want = rec.results.get((sid, cur.version))
+            if want is None or raw.get(sid) != want:
+                out.append(f"{where}: session {sid} v{cur.version} is not a committed state")
+        elif cur.messages[: len(a.session.messages)] != a.session.messages:
+            out.append(f"{where}: session {sid} lost acknowledged messages")
+    if not after_startup:
+        for sid, cur in sessions.items():
+            if sid not in acked and rec.results.get((sid, cur.version)) != raw.get(sid):
+                out.append(f"{where}: session {sid} holds a state never committed")
+    return out
+
+
+StartupFn = Callable[[Store], list[str]]
+
+
+def default_startup(store: Store) -> list[str]:
+    """Discovery, recovery (``recover`` with the reference loop) and ``doctor --repair``; returns
+    what doctor repaired."""
+    from fsdurable._doctor import doctor, problems
+    from fsdurable._recovery import recover
+
+    from .agents import recovery_loop
+
+    store.interrupted()
+    recover(store, recovery_loop(store))
+    findings = doctor(store, repair=True)
+    left = problems(findings)
+    if left:
+        raise AssertionError(f"doctor --repair left problems: {[f.code for f in left]}")
+    return [f.code for f in findings if f.repaired]
+
+
+def check_state(rec: Recording, state: CrashState, k: int, where_root: str,
+                startup: StartupFn) -> list[str]:
+    where = f"op {k} [{state.note}]"
+    state.materialise(where_root)
+    sessions, markers, out = _parse_all(where_root, where + " raw")
+    raw = {sid: _read(p) for sid, p in _own_files(where_root, "sessions").items()}
+    acked = _acked_state(rec, k)
+    out += _marker_biconditional(sessions, markers, where + " raw", orphans_ok=True)
+    out += _check_acked(rec, acked, sessions, raw, where + " raw", after_startup=False, k=k)
+    for attempt in (1, 2):  # startup twice: the second finds nothing left to do
+        try:
+            store = Store(where_root, config=Config(fsync=False),
+                          clock=lambda: rec.t0 + 7200.0)
+            repaired = startup(store)
+        except Exception:  # any escape is the violation we are looking for
+            out.append(f"{where}: startup {attempt} raised\n{traceback.format_exc(limit=6)}")
+            return out
+        if attempt == 2 and repaired:
+            out.append(f"{where}: second startup still repaired {repaired}")
+    sessions, markers, bad = _parse_all(where_root, where + " after startup")
+    out += bad
+    out += _marker_biconditional(sessions, markers, where + " after startup", orphans_ok=False)
+    raw = {sid: _read(p) for sid, p in _own_files(where_root, "sessions").items()}
+    out += _check_acked(rec, acked, sessions, raw, where + " after startup", after_startup=True,
+                        k=k)
+    for sub in ("sessions", "markers"):
+        for name in os.listdir(os.path.join(where_root, sub)):
+            if classify(name)[0] is NameKind.TEMP:
+                out.append(f"{where}: temp file {sub}/{name} left after doctor --repair")
+    return out
+
+
+def explore(rec: Recording, *, exhaustive: bool = False, stop_at_first: bool = False,
+            startup: StartupFn = default_startup, max_violations: int = 20) -> Report:
+    """Check every crash state of the recording."""
+    t = time.monotonic()
+    report = Report(ops=len(rec.ops), commits=rec.commits, sessions=rec.sessions,
+                    kinds=set(rec.kinds))
+    model = FsModel(rec.root, rec.snap)
+    seen: set[tuple[str, int]] = set()
+    with tempfile.TemporaryDirectory(dir=SHM, prefix="fsd-crash-") as tmp:
+        where_root = os.path.join(tmp, "state")
+        for k in range(len(rec.ops) + 1):
+            report.crash_points += 1
+            n_acked = sum(1 for a in rec.acks if a.at <= k)
+            for state in model.crash_states(exhaustive=exhaustive):
+                key = (state.key(), n_acked)
+                if key in seen:
+                    continue
+                seen.add(key)
+                report.states += 1
+                v = check_state(rec, state, k, where_root, startup)
+                if v:
+                    report.violations.extend(v[:3])
+                    if stop_at_first or len(report.violations) >= max_violations:
+                        report.seconds = time.monotonic() - t
+                        return report
+            if k < len(rec.ops):
+                model.record(*rec.ops[k])
+    report.seconds = time.monotonic() - t
+    return report
+
+
+def run(*, exhaustive: bool = False, commit_impl: CommitImpl | None = None,
+        stop_at_first: bool = False, scale: int = 1) -> Report:
+    with tempfile.TemporaryDirectory(dir=SHM, prefix="fsd-rec-") as base:
+        rec = record_workload(base, commit_impl=commit_impl, scale=scale)
+        return explore(rec, exhaustive=exhaustive, stop_at_first=stop_at_first)
