@@ -1,0 +1,48 @@
+"""The README's examples run as tests: every ```python block, then every `$ fsdurable ...` line
+of the console blocks (against the store the Python example made)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from fsdurable.cli import main
+
+from .conftest import REPO
+
+README = (REPO / "README.md").read_text(encoding="utf-8")
+PY_BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)
+COMMANDS = [line[2:] for block in re.findall(r"```console\n(.*?)```", README, re.S)
+            for line in block.splitlines() if line.startswith("$ fsdurable ")]
+# Long-running or environment-changing commands are exercised by their own tests.
+SKIP = ("fsdurable demo", "fsdurable watch", "fsdurable adopt", "fsdurable resolve")
+
+
+def test_readme_has_examples() -> None:
+    assert PY_BLOCKS and COMMANDS
+
+
+def test_python_examples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {}
+    for block in PY_BLOCKS:
+        exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102
+
+
+def test_cli_examples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    for block in PY_BLOCKS:
+        exec(compile(block, "README.md", "exec"), {})  # noqa: S102
+    monkeypatch.setenv("FSDURABLE_ROOT", str(tmp_path / "demo-store"))
+    for line in COMMANDS:
+        if line.startswith(SKIP):
+            continue
+        argv = shlex.split(line)[1:]
+        assert "|" not in argv, line
+        code = main(argv)
+        assert code in (0, 1), f"{line!r} exited {code}"
+        capsys.readouterr()
