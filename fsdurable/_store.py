@@ -505,6 +505,8 @@ class Store:
             dest = os.path.join(self.layout.quarantine, f"{base}.{n}")
         try:
             _fsio.rename(path, dest, durable=self._durable)
+        except FileNotFoundError:
+            return None  # another process moved it first (and reported it)
         except OSError as e:
             self.emit(code, session_id=session_id, reason=reason, path=path,
                       quarantine_failed=str(e))
