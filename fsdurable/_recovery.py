@@ -1,0 +1,280 @@
+"""Startup recovery: find interrupted turns with one listing, gate each, resume or abandon it.
+
+``recover(store, host)`` is what a host calls at daemon start. For each marker (oldest first):
+
+1. ``enabled`` off -> reported, nothing run, nothing removed (an operator during an incident);
+2. a marker of another node -> listed, never run (``adopt`` is the explicit way to take it over);
+3. older than the staleness window -> abandoned (``stale``): a months-old intent never fires;
+4. attempts at the cap -> abandoned (``exhausted``): no boot loop;
+5. otherwise claim it under the turn's ORIGINAL route lock (the same lock a live turn holds, so
+   the two never interleave and recovery never cancels a live turn): re-read the marker and the
+   session; a turn that finished or moved on meanwhile supersedes the recovery; an in-doubt call
+   of a tool that cannot take a repeat parks the turn for review; otherwise the incremented
+   attempt count is COMMITTED before the model is called, then the host continues the turn,
+   unattended.
+
+Every decision is an event. A resume that fails below the cap keeps the marker for the next start;
+at the cap the turn is abandoned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import attrs
+
+from . import _events as ev
+from ._config import Config
+from ._errors import LockTimeout, SessionNotFound, UnreadableState
+from ._loop import in_doubt
+from ._model import Marker, Session
+from ._store import Store
+
+SKIPPED = "interrupted_turn_skipped"  # disabled / foreign / route busy: listed, kept, not run
+VERDICTS = ("resume", "stale", "exhausted", "foreign", "disabled")
+
+
+class Host(Protocol):
+    """What recovery needs from a host's loop (``AgentLoop`` is one).
+
+    ``resume_claimed(session)`` continues a claimed turn — the caller holds the route lock and
+    has committed the attempt — and must run it UNATTENDED (deny-list on, approvals denied).
+    ``tool_effect(name)`` is the declared effect (``none``/``idempotent``/``external``; None if
+    unknown, treated as external) so an in-doubt call is re-run only when a repeat is a no-op.
+    """
+
+    def tool_effect(self, name: str) -> str | None: ...
+
+    def resume_claimed(self, session: Session) -> Any: ...
+
+
+@attrs.frozen
+class RecoveryPolicy:
+    """The gates. ``RecoveryPolicy.from_config(config)`` takes the defaults (see Config)."""
+
+    enabled: bool = True
+    stale_after: float = 4 * 3600.0
+    max_attempts: int = 3
+    lock_timeout: float = 30.0
+
+    @classmethod
+    def from_config(cls, config: Config) -> RecoveryPolicy:
+        return cls(enabled=config.recovery_enabled, stale_after=config.stale_after,
+                   max_attempts=config.max_resume_attempts,
+                   lock_timeout=config.route_lock_timeout)
+
+
+@attrs.frozen
+class Outcome:
+    """What recovery decided (``verdict``, from the marker alone) and did (``outcome``) for one
+    marker. Outcomes: resumed, failed, abandoned, review_required, superseded, repaired, kept
+    (disabled), listed (foreign), busy (route held past the timeout), planned (dry run)."""
+
+    session_id: str
+    turn_id: str
+    node_id: str
+    verdict: str
+    age: float
+    attempts: int
+    outcome: str
+    reason: str | None = None
+    error: str | None = None
+    status: str | None = None  # the resumed turn's end: completed / cancelled / ...
+
+    def to_dict(self) -> dict[str, Any]:
+        d = attrs.asdict(self)
+        d["age"] = round(self.age, 3)
+        return d
+
+
+@attrs.frozen
+class RecoveryReport:
+    outcomes: tuple[Outcome, ...]
+    dry_run: bool = False
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for o in self.outcomes if o.outcome == outcome)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dry_run": self.dry_run, "outcomes": [o.to_dict() for o in self.outcomes]}
+
+
+def verdict(m: Marker, *, node_id: str, now: float, policy: RecoveryPolicy,
+            adopt: bool = False) -> str:
+    """The gates, in order, from the marker alone (no session read)."""
+    if not policy.enabled and not adopt:
+        return "disabled"
+    if m.node_id != node_id and not adopt:
+        return "foreign"
+    if now - m.checkpoint_at > policy.stale_after:
+        return "stale"
+    if m.resume_attempts >= policy.max_attempts:
+        return "exhausted"
+    return "resume"
+
+
+def _policy(store: Store, policy: RecoveryPolicy | None) -> RecoveryPolicy:
+    return policy if policy is not None else RecoveryPolicy.from_config(store.config)
+
+
+def assess(store: Store, policy: RecoveryPolicy | None = None, *,
+           select: Callable[[Marker], bool] | None = None) -> list[Outcome]:
+    """Dry run: each marker's verdict and age. Runs nothing, writes nothing, emits nothing
+    (except that an unreadable marker is quarantined by the listing, as on every read)."""
+    pol = _policy(store, policy)
+    now = store.clock()
+    out = []
+    for m in store.interrupted():
+        if select is not None and not select(m):
+            continue
+        v = verdict(m, node_id=store.node_id, now=now, policy=pol)
+        out.append(Outcome(m.session_id, m.turn_id, m.node_id, v, now - m.checkpoint_at,
+                           m.resume_attempts, "planned"))
+    return out
+
+
+def recover(store: Store, loop: Host, policy: RecoveryPolicy | None = None, *,
+            dry_run: bool = False,
+            select: Callable[[Marker], bool] | None = None) -> RecoveryReport:
+    """Recover every interrupted turn of this node (what a host calls at daemon start).
+
+    ``select(marker)`` limits recovery to some markers (e.g. one host's routes). Never raises
+    because of one turn: each outcome is in the report and the event log.
+    """
+    pol = _policy(store, policy)
+    if dry_run:
+        return RecoveryReport(tuple(assess(store, pol, select=select)), dry_run=True)
+    out = []
+    for m in store.interrupted():
+        if select is not None and not select(m):
+            continue
+        now = store.clock()
+        v = verdict(m, node_id=store.node_id, now=now, policy=pol)
+        base = Outcome(m.session_id, m.turn_id, m.node_id, v, now - m.checkpoint_at,
+                       m.resume_attempts, "")
+        if v in ("disabled", "foreign"):
+            store.emit(SKIPPED, session_id=m.session_id, turn_id=m.turn_id, reason=v,
+                       marker_node=m.node_id)
+            out.append(attrs.evolve(base, outcome="kept" if v == "disabled" else "listed",
+                                    reason=v))
+            continue
+        out.append(resume_one(store, loop, m, policy=pol))
+    return RecoveryReport(tuple(out))
+
+
+def resume_one(store: Store, loop: Host, marker: Marker, *, adopt: bool = False,
+               policy: RecoveryPolicy | None = None) -> Outcome:
+    """Claim one marker under its ORIGINAL route lock and resume, abandon or park it.
+
+    ``adopt=True`` (an explicit operator action, e.g. ``fsdurable adopt``) skips the ``enabled``
+    and foreign-node gates; staleness and the attempt cap still apply. The route lock is waited
+    for (a live turn on the route finishes first); past ``lock_timeout`` the marker is kept.
+    """
+    pol = _policy(store, policy)
+    now = store.clock()
+    base = Outcome(marker.session_id, marker.turn_id, marker.node_id,
+                   verdict(marker, node_id=store.node_id, now=now, policy=pol, adopt=adopt),
+                   now - marker.checkpoint_at, marker.resume_attempts, "")
+    try:
+        with store.lock(marker.route_key, timeout=pol.lock_timeout):
+            return _claimed(store, loop, marker, pol, adopt, base)
+    except LockTimeout:
+        store.emit(SKIPPED, session_id=marker.session_id, turn_id=marker.turn_id,
+                   reason="route_busy", route_key=marker.route_key)
+        return attrs.evolve(base, outcome="busy", reason="route_busy")
+
+
+def _claimed(store: Store, loop: Host, marker: Marker, pol: RecoveryPolicy, adopt: bool,
+             base: Outcome) -> Outcome:
+    sid, tid = marker.session_id, marker.turn_id
+    fresh = store.read_marker(sid)
+    if fresh is None or fresh.turn_id != tid:
+        # a live turn (or another recovery) finished or replaced it while we waited
+        store.emit(ev.ABANDONED, session_id=sid, turn_id=tid, reason="superseded",
+                   detail_reason="marker_gone" if fresh is None else "new_turn")
+        return attrs.evolve(base, outcome="superseded", reason="superseded")
+    try:
+        s = store.load(sid)
+    except SessionNotFound:
+        store.repair_marker(sid)  # marker_repaired (orphan)
+        return attrs.evolve(base, outcome="repaired", reason="orphan")
+    except UnreadableState:  # quarantined with an event by load; clear the marker with another
+        store.abandon_turn(sid, tid, reason="unreadable")
+        return attrs.evolve(base, outcome="abandoned", reason="unreadable")
+    if not s.in_progress or s.turn is None:
+        store.repair_marker(sid)  # a crash between the session write and the marker removal
+        return attrs.evolve(base, outcome="repaired", reason="orphan")
+    if s.turn.id != tid:
+        store.repair_marker(sid)
+        store.emit(ev.ABANDONED, session_id=sid, turn_id=tid, reason="superseded",
+                   detail_reason="session_on_other_turn", current_turn=s.turn.id)
+        return attrs.evolve(base, outcome="superseded", reason="superseded")
+    # re-gate on what is on disk now (a concurrent recovery may have counted an attempt; the
+    # session's checkpoint time is exact, the marker's may lag by Config.marker_refresh)
+    now = store.clock()
+    exact = attrs.evolve(fresh, checkpoint_at=max(fresh.checkpoint_at, s.turn.checkpoint_at),
+                         resume_attempts=s.turn.resume_attempts)
+    v = verdict(exact, node_id=store.node_id, now=now, policy=pol, adopt=adopt)
+    age = now - exact.checkpoint_at
+    base = attrs.evolve(base, verdict=v, age=age, attempts=exact.resume_attempts)
+    if v in ("disabled", "foreign"):
+        store.emit(SKIPPED, session_id=sid, turn_id=tid, reason=v, marker_node=fresh.node_id)
+        return attrs.evolve(base, outcome="kept" if v == "disabled" else "listed", reason=v)
+    if v == "stale":
+        store.abandon_turn(sid, tid, reason="stale", age=round(age, 3),
+                           window=pol.stale_after)
+        return attrs.evolve(base, outcome="abandoned", reason="stale")
+    if v == "exhausted":
+        store.abandon_turn(sid, tid, reason="exhausted", attempts=exact.resume_attempts,
+                           cap=pol.max_attempts)
+        return attrs.evolve(base, outcome="abandoned", reason="exhausted")
+    doubtful = [e for e in in_doubt(s) if loop.tool_effect(e.name) != "idempotent"]
+    if doubtful:
+        return _park(store, s, doubtful, base)
+    attempt = s.turn.resume_attempts + 1
+    # the attempt is durable BEFORE the model call: a crash inside the call still counts
+    s = store.commit(attrs.evolve(s, turn=attrs.evolve(s.turn, resume_attempts=attempt)),
+                     s.version)
+    store.emit(ev.RESUMING, session_id=sid, turn_id=tid, attempt=attempt, cap=pol.max_attempts,
+               adopted=adopt, rerun_in_doubt=[e.tool_call_id for e in in_doubt(s)])
+    base = attrs.evolve(base, attempts=attempt)
+    try:
+        result = loop.resume_claimed(s)
+    except Exception as e:  # one bad turn never stops recovery of the others
+        err = f"{type(e).__name__}: {e}"
+        store.emit(ev.RESUME_FAILED, session_id=sid, turn_id=tid, attempt=attempt,
+                   cap=pol.max_attempts, error=err)
+        if attempt >= pol.max_attempts:
+            store.abandon_turn(sid, tid, reason="exhausted", attempts=attempt,
+                               cap=pol.max_attempts)
+            return attrs.evolve(base, outcome="abandoned", reason="exhausted", error=err)
+        return attrs.evolve(base, outcome="failed", error=err)
+    status = getattr(result, "status", None)
+    store.emit(ev.RESUMED, session_id=sid, turn_id=tid, attempt=attempt, status=status)
+    return attrs.evolve(base, outcome="resumed", status=status)
+
+
+def _park(store: Store, s: Session, doubtful: list[Any], base: Outcome) -> Outcome:
+    """An in-doubt call that a repeat could duplicate: stop the turn, never re-run it, and leave
+    the facts for a human (event + ``metadata["review_required"]``)."""
+    assert s.turn is not None
+    tid = s.turn.id
+    calls = [{"tool_call_id": e.tool_call_id, "tool": e.name, "effect": e.effect,
+              "idempotency_key": e.idempotency_key, "intent_at": e.intent_at} for e in doubtful]
+
+    def park(cur: Session) -> Session:
+        if not cur.in_progress or cur.turn is None or cur.turn.id != tid:
+            return cur
+        meta = {**cur.metadata, "review_required": {"turn_id": tid, "calls": calls,
+                                                    "at": store.clock()}}
+        return attrs.evolve(cur, in_progress=False, turn=None, metadata=meta)
+
+    store.patch(s.id, park)
+    store.emit(ev.REVIEW_REQUIRED, session_id=s.id, turn_id=tid, reason="in_doubt",
+               calls=calls)
+    return attrs.evolve(base, outcome="review_required", reason="in_doubt")
+
+
+__all__ = ["Host", "Outcome", "RecoveryPolicy", "RecoveryReport", "assess", "recover",
+           "resume_one", "verdict"]
