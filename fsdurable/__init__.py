@@ -37,6 +37,19 @@ _EXPORTS = {
     "validate_session_id": "._layout",
     "Finding": "._doctor",
     "doctor": "._doctor",
+    "AgentLoop": "._loop",
+    "TurnResult": "._loop",
+    "Reply": "._tools",
+    "ScriptedModel": "._tools",
+    "Tool": "._tools",
+    "ToolContext": "._tools",
+    "tool": "._tools",
+    "Host": "._recovery",
+    "Outcome": "._recovery",
+    "RecoveryPolicy": "._recovery",
+    "RecoveryReport": "._recovery",
+    "recover": "._recovery",
+    "resume_one": "._recovery",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
@@ -70,5 +83,8 @@ if TYPE_CHECKING:
         UnreadableState,
     )
     from ._layout import validate_session_id
+    from ._loop import AgentLoop, TurnResult
     from ._model import Event, LedgerEntry, Marker, Message, Session, ToolCall, Turn
+    from ._recovery import Host, Outcome, RecoveryPolicy, RecoveryReport, recover, resume_one
     from ._store import Store, default_root
+    from ._tools import Reply, ScriptedModel, Tool, ToolContext, tool

@@ -69,7 +69,8 @@ class RecoveryPolicy:
 class Outcome:
     """What recovery decided (``verdict``, from the marker alone) and did (``outcome``) for one
     marker. Outcomes: resumed, failed, abandoned, review_required, superseded, repaired, kept
-    (disabled), listed (foreign), busy (route held past the timeout), planned (dry run)."""
+    (disabled), listed (foreign), busy (route held past the timeout), planned (dry run), left
+    (``resume=False``: would resume, left for the host)."""
 
     session_id: str
     turn_id: str
@@ -135,12 +136,15 @@ def assess(store: Store, policy: RecoveryPolicy | None = None, *,
 
 
 def recover(store: Store, loop: Host, policy: RecoveryPolicy | None = None, *,
-            dry_run: bool = False,
+            dry_run: bool = False, resume: bool = True,
             select: Callable[[Marker], bool] | None = None) -> RecoveryReport:
     """Recover every interrupted turn of this node (what a host calls at daemon start).
 
-    ``select(marker)`` limits recovery to some markers (e.g. one host's routes). Never raises
-    because of one turn: each outcome is in the report and the event log.
+    ``select(marker)`` limits recovery to some markers (e.g. one host's routes).
+    ``resume=False`` applies every gate (stale/exhausted abandoned, orphans repaired) but leaves
+    the turns that would resume untouched (outcome ``left``) — for a process without the host's
+    loop, like the CLI. Never raises because of one turn: each outcome is in the report and the
+    event log.
     """
     pol = _policy(store, policy)
     if dry_run:
@@ -159,12 +163,12 @@ def recover(store: Store, loop: Host, policy: RecoveryPolicy | None = None, *,
             out.append(attrs.evolve(base, outcome="kept" if v == "disabled" else "listed",
                                     reason=v))
             continue
-        out.append(resume_one(store, loop, m, policy=pol))
+        out.append(resume_one(store, loop, m, policy=pol, resume=resume))
     return RecoveryReport(tuple(out))
 
 
 def resume_one(store: Store, loop: Host, marker: Marker, *, adopt: bool = False,
-               policy: RecoveryPolicy | None = None) -> Outcome:
+               policy: RecoveryPolicy | None = None, resume: bool = True) -> Outcome:
     """Claim one marker under its ORIGINAL route lock and resume, abandon or park it.
 
     ``adopt=True`` (an explicit operator action, e.g. ``fsdurable adopt``) skips the ``enabled``
@@ -178,7 +182,7 @@ def resume_one(store: Store, loop: Host, marker: Marker, *, adopt: bool = False,
                    now - marker.checkpoint_at, marker.resume_attempts, "")
     try:
         with store.lock(marker.route_key, timeout=pol.lock_timeout):
-            return _claimed(store, loop, marker, pol, adopt, base)
+            return _claimed(store, loop, marker, pol, adopt, base, resume)
     except LockTimeout:
         store.emit(SKIPPED, session_id=marker.session_id, turn_id=marker.turn_id,
                    reason="route_busy", route_key=marker.route_key)
@@ -186,7 +190,7 @@ def resume_one(store: Store, loop: Host, marker: Marker, *, adopt: bool = False,
 
 
 def _claimed(store: Store, loop: Host, marker: Marker, pol: RecoveryPolicy, adopt: bool,
-             base: Outcome) -> Outcome:
+             base: Outcome, resume: bool) -> Outcome:
     sid, tid = marker.session_id, marker.turn_id
     fresh = store.read_marker(sid)
     if fresh is None or fresh.turn_id != tid:
@@ -229,6 +233,8 @@ def _claimed(store: Store, loop: Host, marker: Marker, pol: RecoveryPolicy, adop
         store.abandon_turn(sid, tid, reason="exhausted", attempts=exact.resume_attempts,
                            cap=pol.max_attempts)
         return attrs.evolve(base, outcome="abandoned", reason="exhausted")
+    if not resume:
+        return attrs.evolve(base, outcome="left", reason="no_loop")
     doubtful = [e for e in in_doubt(s) if loop.tool_effect(e.name) != "idempotent"]
     if doubtful:
         return _park(store, s, doubtful, base)

@@ -1,0 +1,69 @@
+"""CLI commands of recovery: ``recover [--dry-run]`` and ``interrupted`` with each verdict.
+
+``recover`` without ``--dry-run`` has no host loop to continue a turn with (the tools live in the
+host), so it applies the gates that need none — stale and exhausted turns abandoned, orphan
+markers repaired, each with its event — and leaves resumable turns (outcome ``left``) for the
+host's ``fsdurable.recover(store, loop)``. ``--dry-run`` only computes the verdicts.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ._errors import TurnStateError
+from .cli import Result, _age, command, open_store, table
+
+
+def _rows(outcomes: list[Any]) -> list[list[str]]:
+    return [[o.session_id, o.verdict, _age(o.age), str(o.attempts), o.node_id,
+             o.outcome + (f" ({o.reason})" if o.reason else "")] for o in outcomes]
+
+
+@command("interrupted", "list the interrupted turns (markers) with their verdict and age")
+def _interrupted(args: argparse.Namespace) -> Result:
+    from ._recovery import assess
+
+    st = open_store(args)
+    found = assess(st)
+    markers = {m.session_id: m for m in st.interrupted()}
+    data = []
+    for o in found:
+        m = markers.get(o.session_id)
+        data.append({"session_id": o.session_id, "turn_id": o.turn_id, "node_id": o.node_id,
+                     "verdict": o.verdict, "age_seconds": round(o.age, 3),
+                     "resume_attempts": o.attempts,
+                     "route_key": m.route_key if m else None,
+                     "source": m.source if m else None,
+                     "checkpoint_at": m.checkpoint_at if m else None})
+    rows = [[o.session_id, o.verdict, _age(o.age), str(o.attempts), o.node_id] for o in found]
+    text = table(rows, ["session", "verdict", "age", "attempts", "node"]) if rows else "(none)"
+    return 0, {"interrupted": data}, text
+
+
+class _NoLoop:
+    """Recovery from the CLI: gates only. A turn that would resume is left for the host."""
+
+    def tool_effect(self, name: str) -> str | None:
+        return None  # unknown: an in-doubt call parks the turn, never a blind re-run
+
+    def resume_claimed(self, session: Any) -> Any:
+        raise TurnStateError("the CLI has no loop to resume a turn with", reason="no_loop")
+
+
+def _recover_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dry-run", action="store_true",
+                   help="apply the gates and print the verdicts; run and change nothing")
+
+
+@command("recover", "apply the recovery gates to every interrupted turn (--dry-run: only show)",
+         _recover_args)
+def _recover(args: argparse.Namespace) -> Result:
+    from ._recovery import recover
+
+    st = open_store(args)
+    outcomes = list(recover(st, _NoLoop(), dry_run=args.dry_run, resume=False).outcomes)
+    header = ["session", "verdict", "age", "attempts", "node", "outcome"]
+    text = table(_rows(outcomes), header) if outcomes else "(no interrupted turns)"
+    return 0, {"dry_run": bool(args.dry_run), "outcomes": [o.to_dict() for o in outcomes]}, text
+
