@@ -1,0 +1,319 @@
+"""Sync between machines: conflict-copy names, resolve (nothing lost), foreign turns and take-over,
+and that nothing machine-local is ever written inside the store."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+import attrs
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fsdurable import InvalidState, SessionNotFound, Store, TurnStateError, UnreadableState
+from fsdurable import _events as ev
+from fsdurable._codec import encode_marker, encode_session
+from fsdurable._layout import NameKind, classify
+from fsdurable._model import Marker, Message, Session, Turn
+from fsdurable._sync import (
+    conflict_copies,
+    foreign,
+    resolve,
+    take_over,
+    tool_of,
+    versions,
+)
+
+from .test_store import biconditional_violations as _bicond
+
+
+def biconditional_violations(store: Store) -> list[str]:
+    """test_store's check, but conflict copies in markers/ are not markers."""
+    return [v for v in _bicond(store) if classify(v.split(":")[0] + ".json")[0] is NameKind.OWN]
+
+IDS = st.from_regex(r"[A-Za-z0-9_-]{1,40}", fullmatch=True).filter(
+    lambda s: s.upper() not in {"CON", "PRN", "AUX", "NUL"} and not re.fullmatch(
+        r"(?i)(com|lpt)\d", s))
+
+# The names each tool really writes (Unison's was observed by running unison 2.52 here; the
+# test_sync_tools module checks Syncthing's and Unison's against the real tools).
+COPY_NAMES = [
+    ("{id}.sync-conflict-20261129-101010-ABCDEFG.json", "syncthing"),
+    ("{id}.sync-conflict-20261129-101010-ABCDEFG.sync-conflict-20261130-080000-HIJKLMN.json",
+     "syncthing"),
+    ("{id} (laptop's conflicted copy 2026-11-29).json", "dropbox/nextcloud"),
+    ("{id} (Ann's conflicted copy 2026-11-29 (1)).json", "dropbox/nextcloud"),
+    ("{id} (conflicted copy 2026-11-29 101010).json", "dropbox/nextcloud"),
+    ("{id} (conflict_on_2026-11-29).json", "unison"),
+]
+
+
+@given(sid=IDS, pattern=st.sampled_from(COPY_NAMES))
+def test_every_tools_conflict_copy_is_classified_with_its_session(
+        sid: str, pattern: tuple[str, str]) -> None:
+    name = pattern[0].format(id=sid)
+    assert classify(name) == (NameKind.CONFLICT, sid)
+    assert tool_of(name) == pattern[1]
+
+
+@given(sid=IDS)
+def test_own_temp_and_foreign_names(sid: str) -> None:
+    assert classify(f"{sid}.json") == (NameKind.OWN, sid)
+    for temp in (f"~{sid}.json.k3j4_x.tmp", f".syncthing.{sid}.json.tmp",
+                 f"~syncthing~{sid}.json.tmp", f".{sid}.json.Ab12Cd",  # rsync
+                 f".{sid}.json.~1f3e", f".unison.{sid}.json.4a5b.unison.tmp"):
+        assert classify(temp) == (NameKind.TEMP, None), temp
+    # a copy of anything but a .json file is not a copy of a session
+    assert classify(f"{sid} (conflicted copy 2026-11-29).txt")[0] is NameKind.FOREIGN
+    assert classify(f"{sid}.sync-conflict-20261129-101010-ABCDEFG.txt")[0] is NameKind.FOREIGN
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def write_copy(store: Store, s: Session, name: str, kind: str = "session") -> str:
+    """What a sync tool does: put another machine's version beside ours under a copy name."""
+    d = store.layout.sessions if kind == "session" else store.layout.markers
+    path = os.path.join(d, name.format(id=s.id))
+    data = encode_session(s) if kind == "session" else encode_marker(Marker.of(s, "node-far"))
+    with open(path, "wb") as f:
+        f.write(data)
+    return path
+
+
+def digest(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def all_digests(store: Store) -> set[str]:
+    """Every file's bytes, except the store's own markers: an index the commit function writes
+    and removes itself (the session it indexes is what must never be lost)."""
+    out = set()
+    for d in (store.layout.sessions, store.layout.markers, store.layout.quarantine):
+        for n in os.listdir(d):
+            if d == store.layout.markers and classify(n)[0] is NameKind.OWN:
+                continue
+            out.add(digest(os.path.join(d, n)))
+    return out
+
+
+def two_sided(store: Store) -> tuple[Session, Session]:
+    """Local: v3 idle with a reply; the far side: v4 in progress with another message."""
+    s = store.create("s1")
+    s = store.begin_turn("s1", "hello")
+    far = attrs.evolve(s, version=4, messages=(*s.messages, Message("user", "from far")))
+    local = store.end_turn(s, "local reply")
+    return local, far
+
+
+# ---------------------------------------------------------------------- listing and versions
+
+
+def test_copies_are_listed_with_versions_never_as_sessions(store: Store) -> None:
+    _local, far = two_sided(store)
+    p = write_copy(store, far, COPY_NAMES[0][0])
+    mp = write_copy(store, far, COPY_NAMES[2][0], kind="marker")
+    assert store.sessions() == ["s1"]
+    assert store.interrupted() == []  # the marker copy is not a marker
+    vs = versions(store, "s1")
+    assert [(v.local, v.version, v.in_progress) for v in vs] == [(True, 3, False),
+                                                                  (False, 4, True)]
+    assert vs[1].path == p and vs[1].tool == "syncthing"
+    assert "version 4, in progress" in vs[1].describe()
+    found = conflict_copies(store)
+    assert sorted(v.path for v in found["s1"]) == sorted([p, mp])
+    assert biconditional_violations(store) == []
+
+
+# ---------------------------------------------------------------------- resolve
+
+
+def test_resolve_newest_keeps_the_higher_version_and_loses_nothing(store: Store) -> None:
+    local, far = two_sided(store)
+    before = all_digests(store)
+    copy = write_copy(store, far, COPY_NAMES[3][0])
+    before |= {digest(copy)}
+    r = resolve(store, "s1")
+    assert r.changed and r.keep == "newest" and r.kept == copy and r.kept_version == 4
+    s = store.load("s1")
+    assert s.version == local.version + 1 == r.version  # committed over the local version
+    assert s.messages == far.messages and s.in_progress
+    # the kept turn is in progress: its marker was written (this node's) before the session
+    m = store.read_marker("s1")
+    assert m is not None and m.turn_id == far.turn.id and m.node_id == store.node_id
+    assert biconditional_violations(store) == []
+    # nothing lost: the old local bytes and the copy's bytes are both in quarantine
+    assert before <= all_digests(store)
+    assert not [n for n in os.listdir(store.layout.sessions) if n != "s1.json"]
+    assert len(r.quarantined) == 2
+    e = [x for x in store.events("s1") if x.code == ev.CONFLICT_RESOLVED][-1]
+    assert e.reason == "newest" and e.detail["kept"] == copy
+    assert sorted(e.detail["quarantined"]) == sorted(r.quarantined)
+
+
+def test_resolve_local_keeps_the_local_file_untouched(store: Store) -> None:
+    local, far = two_sided(store)
+    copy = write_copy(store, far, COPY_NAMES[0][0])
+    mcopy = write_copy(store, far, COPY_NAMES[0][0], kind="marker")
+    want = digest(store.layout.session("s1"))
+    before = all_digests(store)
+    r = resolve(store, "s1", keep="local")
+    assert r.kept == store.layout.session("s1") and r.version == local.version
+    assert digest(store.layout.session("s1")) == want
+    assert not os.path.exists(copy) and not os.path.exists(mcopy)
+    assert before <= all_digests(store)
+    assert store.read_marker("s1") is None  # the far marker copy did not become a marker
+    assert biconditional_violations(store) == []
+
+
+def test_resolve_path_keeps_the_named_version_even_an_older_one(store: Store,
+                                                                 tmp_path: Path) -> None:
+    local, far = two_sided(store)
+    older = attrs.evolve(local, version=2, messages=local.messages[:1])
+    copy = write_copy(store, older, COPY_NAMES[5][0])
+    newer = write_copy(store, far, COPY_NAMES[0][0])
+    r = resolve(store, "s1", keep=copy)
+    assert r.kept == copy and store.load("s1").messages == older.messages
+    assert not os.path.exists(newer) and not os.path.exists(copy)
+    assert biconditional_violations(store) == []
+    # a file outside the store can be kept; it is read, never moved
+    outside = tmp_path / "restored.json"
+    outside.write_bytes(encode_session(far))
+    r = resolve(store, "s1", keep=str(outside))
+    assert outside.exists() and store.load("s1").messages == far.messages
+
+
+def test_resolve_refuses_a_marker_path_and_a_missing_local(store: Store) -> None:
+    _local, far = two_sided(store)
+    mcopy = write_copy(store, far, COPY_NAMES[0][0], kind="marker")
+    with pytest.raises(InvalidState):
+        resolve(store, "s1", keep=mcopy)
+    os.unlink(store.layout.session("s1"))
+    write_copy(store, far, COPY_NAMES[0][0])
+    with pytest.raises(SessionNotFound):
+        resolve(store, "s1", keep="local")
+    r = resolve(store, "s1")  # newest: the copy becomes the session
+    assert r.version == 1 and store.load("s1").messages == far.messages
+
+
+def test_an_unreadable_copy_is_a_loser_never_deleted(store: Store) -> None:
+    two_sided(store)
+    bad = os.path.join(store.layout.sessions, "s1 (conflicted copy 2026-11-29 101010).json")
+    with open(bad, "wb") as f:
+        f.write(b'{"format": "fsdurable.session/2", "id": "s1", "ver')  # torn by a tool
+    v = next(x for x in versions(store, "s1") if not x.local)
+    assert v.error is not None and "unreadable" in v.describe()
+    with pytest.raises(UnreadableState):  # it cannot be kept
+        resolve(store, "s1", keep=bad)
+    r = resolve(store, "s1")
+    assert len(r.quarantined) == 1
+    with open(r.quarantined[0], "rb") as f:
+        assert f.read().endswith(b'"ver')
+
+
+def test_nothing_to_resolve_changes_nothing(store: Store) -> None:
+    store.create("s1")
+    r = resolve(store, "s1")
+    assert not r.changed and r.quarantined == ()
+    assert not [e for e in store.events("s1") if e.code == ev.CONFLICT_RESOLVED]
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sides=st.lists(st.tuples(st.integers(1, 9), st.booleans()), min_size=1, max_size=4),
+       local_in_progress=st.booleans())
+def test_resolve_property_newest_wins_nothing_lost(tmp_path_factory: pytest.TempPathFactory,
+                                                   sides: list[tuple[int, bool]],
+                                                   local_in_progress: bool) -> None:
+    store = Store(tmp_path_factory.mktemp("p") / "store")
+    s = store.create("p")
+    if local_in_progress:
+        s = store.begin_turn("p", "x")
+    for i, (v, busy) in enumerate(sides):
+        turn = Turn(id=f"far{i}", started_at=1.0, checkpoint_at=2.0) if busy else None
+        c = attrs.evolve(s, version=v, metadata={"side": i}, in_progress=busy, turn=turn,
+                         updated_at=s.updated_at + i + 1)
+        write_copy(store, c, f"{{id}}.sync-conflict-2026112{i}-101010-ABCDEFG.json")
+    before = all_digests(store)
+    local = store.load("p")
+    cands = [(local.version, local.updated_at, True, local.messages, local.metadata)]
+    for vv in versions(store, "p")[1:]:
+        assert vv.session is not None
+        cands.append((vv.version, vv.updated_at, False, vv.session.messages,
+                      vv.session.metadata))
+    best = max(cands, key=lambda c: (c[0], c[1], c[2]))
+    resolve(store, "p")
+    now = store.load("p")
+    assert (now.messages, now.metadata) == (best[3], best[4])
+    assert before <= all_digests(store)  # every version's bytes are still somewhere
+    assert [n for n in os.listdir(store.layout.sessions)] == ["p.json"]
+    assert biconditional_violations(store) == []
+
+
+# ---------------------------------------------------------------------- foreign turns
+
+
+def test_foreign_turn_is_listed_and_taken_over_with_an_event(root: Path) -> None:
+    a = Store(root, node_id="laptop")
+    a.create("t")
+    s = a.begin_turn("t", "do it")
+    b = Store(root, node_id="edge")
+    assert [m.session_id for m in foreign(b)] == ["t"] and foreign(a) == []
+    with pytest.raises(TurnStateError) as e:
+        take_over(a, "t")
+    assert e.value.reason == "not_foreign"
+    m = take_over(b, "t")
+    assert m.node_id == "edge" and m.turn_id == s.turn.id
+    # the take-over never freshens the turn: same checkpoint, same attempt count
+    assert m.checkpoint_at == s.turn.checkpoint_at and m.resume_attempts == 0
+    assert foreign(b) == [] and [x.session_id for x in foreign(a)] == ["t"]
+    e2 = [x for x in b.events("t") if x.code == ev.ADOPTED][-1]
+    assert e2.detail == {"from_node": "laptop", "to_node": "edge"} and e2.node_id == "edge"
+    with pytest.raises(TurnStateError):
+        take_over(b, "missing-turn")
+
+
+def test_take_over_refuses_a_turn_that_moved_on(root: Path) -> None:
+    a = Store(root, node_id="laptop")
+    a.create("t")
+    s = a.begin_turn("t", "do it")
+    # the session finished on the far side but the marker removal has not arrived yet
+    data = encode_marker(Marker.of(s, "laptop"))
+    a.end_turn(s, "done")
+    with open(a.layout.marker("t"), "wb") as f:
+        f.write(data)
+    with pytest.raises(TurnStateError) as e:
+        take_over(Store(root, node_id="edge"), "t")
+    assert e.value.reason == "superseded"
+
+
+# ---------------------------------------------------------------------- machine-local state
+
+ALLOWED = re.compile(r"fsdurable\.json|sessions/[A-Za-z0-9_-]+\.json|markers/[A-Za-z0-9_-]+\.json"
+                     r"|events/[A-Za-z0-9_-]+/\d{4}-\d\d-\d\d\.jsonl|quarantine/.+")
+
+
+def test_nothing_machine_local_is_written_inside_the_store(root: Path,
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           tmp_path: Path) -> None:
+    monkeypatch.delenv("FSDURABLE_NODE")  # the node id file is created, where?
+    state = tmp_path / "state"
+    monkeypatch.setenv("FSDURABLE_STATE_DIR", str(state))
+    store = Store(root)
+    _local, far = two_sided(store)
+    write_copy(store, far, COPY_NAMES[0][0])
+    resolve(store, "s1")
+    b = Store(root, node_id="other")
+    take_over(b, "s1")
+    with store.lock("some-route"):
+        pass
+    inside = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    assert all(ALLOWED.fullmatch(p) for p in inside), inside
+    assert (state / "node_id").exists()  # the node's identity lives in the state dir
+    assert not (state / "node_id").resolve().is_relative_to(root.resolve())
+    locks = [p for p in state.rglob("*") if "lock" in p.name or "lock" in str(p.parent)]
+    assert locks  # the locks were taken there, not in the store
