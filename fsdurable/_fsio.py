@@ -106,15 +106,23 @@ class _Writer(AtomicWriter):  # type: ignore[misc]
         self._tmp = ""
 
     def get_fileobject(self, **kwargs: Any) -> IO[bytes]:
-        # mkstemp: O_CREAT|O_EXCL, mode 0600, never follows a link; keep its descriptor instead of
-        # reopening by name as atomicwrites does.
-        import tempfile
+        # as mkstemp does: O_CREAT|O_EXCL, mode 0600, never through a link; but the name is
+        # chosen first so the recorder sees the create BEFORE it happens (an injected fault then
+        # leaves nothing behind, like a real ENOSPC); keep the descriptor instead of reopening
+        # by name as atomicwrites does.
+        import secrets
 
         directory = os.path.dirname(self._path)
-        fd, name = tempfile.mkstemp(
-            prefix=temp_prefix(os.path.basename(self._path)), suffix=TEMP_SUFFIX, dir=directory
-        )
-        _rec("create", name)
+        prefix = temp_prefix(os.path.basename(self._path))
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
+        while True:
+            name = os.path.join(directory, prefix + secrets.token_hex(6) + TEMP_SUFFIX)
+            _rec("create", name)
+            try:
+                fd = os.open(name, flags, FILE_MODE)
+                break
+            except FileExistsError:  # 48 random bits: practically never
+                continue
         self._tmp = name
         return os.fdopen(fd, "wb")
 
