@@ -6,10 +6,8 @@ Pure path logic: nothing here reads or writes a file except ``node_id`` (its own
 from __future__ import annotations
 
 import enum
-import hashlib
 import os
 import re
-import secrets
 
 from ._errors import InvalidSessionId
 
@@ -68,6 +66,8 @@ def validate_session_id(session_id: object) -> str:
 
 def new_id() -> str:
     """A fresh random id (sessions, turns, tool calls): 128 bits, valid by construction."""
+    import secrets  # not at module top: off the startup path (bench/startup.py)
+
     return secrets.token_hex(16)
 
 
@@ -145,6 +145,8 @@ def state_dir(root: str) -> str:
         import platformdirs
 
         base = platformdirs.user_state_dir("fsdurable", appauthor=False)
+    import hashlib  # not at module top: loading OpenSSL costs milliseconds at startup
+
     key = hashlib.sha256(os.path.realpath(root).encode()).hexdigest()[:24]
     return os.path.join(base, "stores", key)
 
@@ -168,6 +170,8 @@ def node_id() -> str:
             return value
     except (FileNotFoundError, UnicodeDecodeError):
         pass
+    import secrets
+
     from . import _fsio
 
     value = "n" + secrets.token_hex(8)
