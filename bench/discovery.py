@@ -1,0 +1,197 @@
+"""Discovery: finding the interrupted turns among N sessions.
+
+Command: ``python -m bench.discovery`` (full: N = 1k, 10k, 100k sessions of ~20 KB, M = 1, 10, 100
+interrupted) or ``python -m bench.discovery --quick``. Writes ``discovery.json``.
+
+Contenders, timed side by side on the same data set, warm page cache, each already opened:
+  fsdurable   ``store.interrupted()`` (one listing of ``markers/``, the M markers parsed strictly)
+  floor       one ``os.scandir`` of ``markers/`` + the M files read with plain ``json``
+  full_scan   what file-based agents do today: read every ``sessions/*.json`` with ``json`` and
+              keep those whose ``in_progress`` is true
+  sqlite      SQLite (stdlib ``sqlite3``, WAL), indexed ``in_progress`` column, one SELECT
+  langgraph   LangGraph's ``SqliteSaver`` (if installed): every thread's checkpoint listed, the
+              threads with pending writes kept (it has no index of pending work)
+Every contender must return the same set of session ids before it is timed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Callable
+from typing import Any
+
+from ._data import NODE, Dataset, langgraph_available
+from ._harness import cache_dir, environment, log, measure, parse_args, ratio, write_result
+
+FULL = {"ns": [1_000, 10_000, 100_000], "ms": [1, 10, 100], "fast_reps": 300, "slow_min": 3,
+        "budget": 8.0}
+QUICK = {"ns": [200, 1_000], "ms": [1, 10], "fast_reps": 40, "slow_min": 2, "budget": 0.5}
+
+
+def floor(markers_dir: str) -> list[dict[str, Any]]:
+    out = []
+    for e in os.scandir(markers_dir):
+        with open(e.path, "rb") as f:
+            out.append(json.loads(f.read()))
+    return out
+
+
+def full_scan(sessions_dir: str) -> list[dict[str, Any]]:
+    out = []
+    for e in os.scandir(sessions_dir):
+        with open(e.path, "rb") as f:
+            d = json.loads(f.read())
+        if d.get("in_progress"):
+            out.append(d)
+    return out
+
+
+def sqlite_query(db: sqlite3.Connection) -> list[tuple[Any, ...]]:
+    return db.execute("SELECT id, turn_id, node_id, checkpoint_at, resume_attempts FROM sessions"
+                      " WHERE in_progress = 1").fetchall()
+
+
+def langgraph_pending(saver: Any) -> list[str]:
+    return sorted({t.config["configurable"]["thread_id"] for t in saver.list(None)
+                   if t.pending_writes})
+
+
+def contenders(ds: Dataset) -> tuple[dict[str, Callable[[], Any]], Callable[[], None]]:
+    """The contenders on one data set, and a function closing what they opened."""
+    import fsdurable
+
+    store = fsdurable.Store(ds.root, node_id=NODE)
+    db = sqlite3.connect(ds.sqlite)
+    db.execute("PRAGMA journal_mode=WAL")
+    found: dict[str, Callable[[], Any]] = {
+        "fsdurable": store.interrupted,
+        "floor": lambda: floor(ds.markers),
+        "sqlite": lambda: sqlite_query(db),
+        "full_scan": lambda: full_scan(ds.sessions),
+    }
+    closers = [db.close]
+    if ds.want_langgraph:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        conn = sqlite3.connect(ds.langgraph_db, check_same_thread=False)
+        saver = SqliteSaver(conn)
+        found["langgraph"] = lambda: langgraph_pending(saver)
+        closers.append(conn.close)
+
+    want = ds.interrupted_ids()
+    got = {
+        "fsdurable": sorted(m.session_id for m in store.interrupted()),
+        "floor": sorted(d["session_id"] for d in floor(ds.markers)),
+        "sqlite": sorted(r[0] for r in sqlite_query(db)),
+        "full_scan": sorted(d["id"] for d in full_scan(ds.sessions)),
+    }
+    if "langgraph" in found:
+        got["langgraph"] = found["langgraph"]()
+    for name, ids in got.items():
+        if ids != want:
+            raise AssertionError(f"{name} found {len(ids)} interrupted turns, expected {len(want)}")
+
+    def close() -> None:
+        for c in closers:
+            c()
+
+    return found, close
+
+
+SLOW = ("full_scan", "langgraph")
+
+
+def run_matrix(datasets: list[Dataset], ms: list[int], p: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for ds in datasets:
+        for m in ms:
+            ds.configure(m)
+            found, close = contenders(ds)
+            try:
+                fast = {k: v for k, v in found.items() if k not in SLOW}
+                slow = {k: v for k, v in found.items() if k in SLOW}
+                # the fast ones are interleaved with each other, many samples; the slow scans
+                # are interleaved with one another and with one fsdurable call per round
+                res = measure(fast, min_reps=p["fast_reps"], max_reps=p["fast_reps"],
+                              budget=p["budget"])
+                res_slow = measure({**slow, "fsdurable_during_scans": found["fsdurable"]},
+                                   min_reps=p["slow_min"], max_reps=p["fast_reps"],
+                                   budget=p["budget"], warmup=1)
+                res.update(res_slow)
+            finally:
+                close()
+            f = res["fsdurable"]
+            row = {"n": ds.n, "m": m, "session_bytes_avg": round(ds.avg_bytes), "results": res,
+                   "ratios": {"fsdurable_vs_floor": ratio(f, res["floor"]),
+                              "full_scan_vs_fsdurable": ratio(res["full_scan"], f),
+                              "sqlite_vs_fsdurable": ratio(res["sqlite"], f)}}
+            if "langgraph" in res:
+                row["ratios"]["langgraph_vs_fsdurable"] = ratio(res["langgraph"], f)
+            log(f"  n={ds.n} m={m}: " + ", ".join(
+                f"{k} {v['median'] * 1e6:.0f}us" for k, v in res.items()))
+            rows.append(row)
+    return rows
+
+
+def run_growth(datasets: list[Dataset], m: int, reps: int) -> dict[str, Any]:
+    """``interrupted()`` with the same M markers over every N, interleaved: does it grow with N?"""
+    import fsdurable
+
+    for ds in datasets:
+        ds.configure(m)
+    stores = {ds.n: fsdurable.Store(ds.root, node_id=NODE) for ds in datasets}
+    calls: dict[str, Callable[[], Any]] = {f"n={n}": s.interrupted for n, s in stores.items()}
+    calls.update({f"floor n={ds.n}": (lambda d=ds: floor(d.markers)) for ds in datasets})
+    res = measure(calls, min_reps=reps, max_reps=reps, budget=1e9)
+    lo, hi = min(stores), max(stores)
+    return {"m": m, "results": res,
+            "ratio_largest_vs_smallest": ratio(res[f"n={hi}"], res[f"n={lo}"]),
+            "n_smallest": lo, "n_largest": hi}
+
+
+def datasets_for(ns: list[int], quick: bool) -> list[Dataset]:
+    out = []
+    for n in ns:
+        log(f"data set n={n} ...")
+        out.append(Dataset(cache_dir(quick), n, langgraph=True).ensure())
+    return out
+
+
+def run(quick: bool, out_dir: str) -> dict[str, Any]:
+    p = QUICK if quick else FULL
+    datasets = datasets_for(p["ns"], quick)
+    env = environment(datasets[0].path)
+    rows = run_matrix(datasets, p["ms"], p)
+    growth = run_growth(datasets, 10, p["fast_reps"])
+    big = max(p["ns"])
+    at = next(r for r in rows if r["n"] == big and r["m"] == 10)
+    targets = {
+        "growth_largest_vs_smallest_n": {"value": growth["ratio_largest_vs_smallest"],
+                                         "target": "<= 1.1"},
+        "speedup_vs_full_scan_at_largest_n": {"value": at["ratios"]["full_scan_vs_fsdurable"],
+                                              "target": ">= 1000"},
+        "vs_floor_at_largest_n": {"value": at["ratios"]["fsdurable_vs_floor"],
+                                  "target": "<= 1.5"},
+    }
+    targets["growth_largest_vs_smallest_n"]["met"] = \
+        targets["growth_largest_vs_smallest_n"]["value"] <= 1.1
+    targets["speedup_vs_full_scan_at_largest_n"]["met"] = \
+        targets["speedup_vs_full_scan_at_largest_n"]["value"] >= 1000
+    targets["vs_floor_at_largest_n"]["met"] = targets["vs_floor_at_largest_n"]["value"] <= 1.5
+    body = {"params": {k: v for k, v in p.items()}, "langgraph": langgraph_available(),
+            "rows": rows, "growth": growth, "targets": targets}
+    path = write_result(out_dir, "discovery", env, body, quick=quick)
+    log(f"wrote {path}")
+    return body
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv, __doc__ or "")
+    run(args.quick, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
