@@ -345,3 +345,33 @@ def take_over(store: Store, session_id: str) -> Marker:
     store.emit(ev.ADOPTED, session_id=sid, turn_id=m2.turn_id, reason="explicit",
                from_node=m2.node_id, to_node=me)
     return mine
+
+
+class _LeaveForHost:
+    """Stands in for a host loop when ``adopt`` is given none: the gates that need no loop are
+    applied (stale / exhausted abandoned), a resumable turn is left for this node's host."""
+
+    def tool_effect(self, name: str) -> str | None:
+        return None  # unknown: an in-doubt call parks the turn, never a blind re-run
+
+    def resume_claimed(self, session: Session) -> Any:
+        raise TurnStateError("no host loop to resume the turn with", session_id=session.id,
+                             reason="no_loop")
+
+
+def adopt(store: Store, session_id: str, loop: Any = None, *, policy: Any = None) -> Any:
+    """Take another node's interrupted turn over (``take_over``, an ``interrupted_turn_adopted``
+    event) and resume it through recovery's ``resume_one`` — under its original route lock, with
+    the attempt committed before the model call, and UNATTENDED like every recovered turn (the
+    loop's ``resume_claimed`` has no way to run it attended). Staleness and the attempt cap
+    still apply: adopting an expired turn abandons it, with its event.
+
+    Without ``loop`` (the CLI has no host tools) the turn becomes this node's and is left
+    (outcome ``left``) for the host's next ``fsdurable.recover(store, loop)``.
+    Returns recovery's ``Outcome``.
+    """
+    from ._recovery import resume_one
+
+    marker = take_over(store, session_id)
+    host = loop if loop is not None else _LeaveForHost()
+    return resume_one(store, host, marker, adopt=True, policy=policy, resume=loop is not None)

@@ -317,3 +317,80 @@ def test_nothing_machine_local_is_written_inside_the_store(root: Path,
     assert not (state / "node_id").resolve().is_relative_to(root.resolve())
     locks = [p for p in state.rglob("*") if "lock" in p.name or "lock" in str(p.parent)]
     assert locks  # the locks were taken there, not in the store
+
+
+# ---------------------------------------------------------------------- adopt (take over + resume)
+
+
+def _far_turn(root: Path) -> Session:
+    """A desktop turn interrupted on the laptop: the human who was there is not here."""
+    a = Store(root, node_id="laptop")
+    a.create("t", source="desktop")
+    return a.begin_turn("t", "tidy up")
+
+
+def _edge_loop(store: Store, seen: list[bool]) -> object:
+    from fsdurable._loop import AgentLoop
+    from fsdurable._tools import Reply, ScriptedModel, call, tool
+
+    @tool(effect="none")
+    def probe(ctx: object) -> str:
+        seen.append(ctx.attended)  # type: ignore[attr-defined]
+        return "ok"
+
+    @tool(name="rm", effect="external")
+    def rm(ctx: object) -> str:
+        raise AssertionError("a deny-listed tool ran in an unattended turn")
+
+    model = ScriptedModel([Reply("", (call("probe", "c1"), call("rm", "c2")))], final="tidied")
+    return AgentLoop(store, model, [probe, rm])
+
+
+def test_adopt_resumes_a_foreign_turn_unattended(root: Path) -> None:
+    from fsdurable._sync import adopt
+
+    turn = _far_turn(root)
+    b = Store(root, node_id="edge")
+    seen: list[bool] = []
+    out = adopt(b, "t", _edge_loop(b, seen))
+    assert out.outcome == "resumed"
+    s = b.load("t")
+    assert not s.in_progress and s.messages[-1].content == "tidied"
+    assert seen == [False]  # attendance decided at execution time, never from source="desktop"
+    codes = [e.code for e in b.events("t")]
+    assert codes.index(ev.ADOPTED) < codes.index(ev.RESUMING) < codes.index(ev.RESUMED)
+    assert ev.TOOL_REFUSED in codes  # the unattended deny-list applied
+    resuming = next(e for e in b.events("t") if e.code == ev.RESUMING)
+    assert resuming.turn_id == turn.turn.id and resuming.detail["adopted"] is True
+    assert b.interrupted() == [] and biconditional_violations(b) == []
+
+
+def test_adopt_without_a_loop_leaves_the_turn_to_this_nodes_recovery(root: Path) -> None:
+    from fsdurable._recovery import recover
+    from fsdurable._sync import adopt
+
+    _far_turn(root)
+    b = Store(root, node_id="edge")
+    out = adopt(b, "t")
+    assert out.outcome == "left"
+    m = b.read_marker("t")
+    assert m is not None and m.node_id == "edge" and m.resume_attempts == 0
+    # the laptop, were it to start now, would only list it
+    laptop = Store(root, node_id="laptop")
+    assert [o.verdict for o in recover(laptop, _edge_loop(laptop, []),
+                                       dry_run=True).outcomes] == ["foreign"]
+    seen: list[bool] = []
+    report = recover(b, _edge_loop(b, seen))  # the edge host's next start: it is ours now
+    assert [o.outcome for o in report.outcomes] == ["resumed"] and seen == [False]
+
+
+def test_adopting_an_expired_turn_abandons_it(root: Path) -> None:
+    import time
+
+    from fsdurable._sync import adopt
+
+    _far_turn(root)
+    later = Store(root, node_id="edge", clock=lambda: time.time() + 5 * 3600)
+    out = adopt(later, "t", _edge_loop(later, []))
+    assert (out.outcome, out.reason) == ("abandoned", "stale")
+    assert later.interrupted() == [] and not later.load("t").in_progress
