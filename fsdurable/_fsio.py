@@ -173,10 +173,12 @@ def read_bounded(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
     """Read a regular file, never following a symlink and never more than ``max_bytes``.
 
     Raises FileNotFoundError if it is missing, UnreadableState (reason ``symlink``,
-    ``not_a_file`` or ``oversized``) if it must not be read.
+    ``not_a_file`` or ``oversized``) if it must not be read, StorageError if the disk refuses
+    (EACCES, EIO).
     """
     try:
-        fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+        with storage_errors(path, "read"):  # EACCES, EIO: a typed StorageError
+            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise UnreadableState(f"{path} is a symlink", path=path, reason="symlink") from e
@@ -193,7 +195,8 @@ def read_bounded(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
         chunks = []
         left = max_bytes + 1
         while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
+            with storage_errors(path, "read"):
+                chunk = os.read(fd, min(left, 1 << 20))
             if not chunk:
                 break
             chunks.append(chunk)
