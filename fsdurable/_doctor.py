@@ -87,10 +87,10 @@ class _Scan:
             elif k is NameKind.OWN and sid is not None:
                 own[sid] = path
                 self.permissions(path, st, 0o600)
-            elif k is NameKind.CONFLICT:
-                self.add("conflict_copy", path,
-                         f"a sync tool's conflict copy of {kind} {sid}: "
-                         f"run `fsdurable resolve {sid}`",
+            elif k is NameKind.CONFLICT and sid is not None:
+                from ._sync import conflict_detail  # both versions, and what resolve keeps
+
+                self.add("conflict_copy", path, conflict_detail(self.store, path, sid, kind),
                          session_id=sid)
             elif k is NameKind.TEMP:
                 self.temp(path, name, kind)

@@ -375,3 +375,28 @@ def adopt(store: Store, session_id: str, loop: Any = None, *, policy: Any = None
     marker = take_over(store, session_id)
     host = loop if loop is not None else _LeaveForHost()
     return resume_one(store, host, marker, adopt=True, policy=policy, resume=loop is not None)
+
+
+def conflict_detail(store: Store, path: str, session_id: str, kind: str = SESSION) -> str:
+    """What ``doctor`` says about one conflict copy: both versions, and what resolve would keep."""
+    sid = validate_session_id(session_id)
+    try:
+        copy = read_version(store, path, sid, kind)
+    except FileNotFoundError:
+        return f"a conflict copy of {kind} {sid} (gone since the listing)"
+    own = store.layout.session(sid) if kind == SESSION else store.layout.marker(sid)
+    try:
+        local: Version | None = read_version(store, own, sid, kind, local=True)
+    except FileNotFoundError:
+        local = None
+    text = (f"{copy.tool} conflict copy of {kind} {sid}: copy {copy.describe()}; local "
+            f"{local.describe() if local is not None else 'missing'}")
+    if kind == MARKER:
+        return text + f"; the marker follows the session: run `fsdurable resolve {sid}`"
+    try:
+        pick = _pick([v for v in (local, copy) if v is not None], KEEP_NEWEST)
+        which = "the local file" if pick.local else "the copy"
+        hint = f" (--keep newest keeps {which}, version {pick.version})"
+    except UnreadableState:
+        hint = " (neither is readable: --keep PATH)"
+    return text + f"; run `fsdurable resolve {sid}`{hint}"

@@ -214,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except FsDurableError as e:
         _error(args, e)
         return 1
-    if args.json:
+    if args.json and data is not None:  # None: the command streamed its own (watch: JSON Lines)
         print(json.dumps(data, indent=2, default=str, ensure_ascii=False))
     elif text:
         print(text)

@@ -1,0 +1,139 @@
+"""CLI commands of sync: ``adopt``, ``resolve``, ``conflicts`` and ``watch``.
+
+``watch`` streams: one line per change (``--json``: one JSON object per line, JSON Lines) until
+Ctrl-C, ``--count`` changes or ``--timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import threading
+import time
+from typing import Any
+
+from ._errors import InvalidState
+from .cli import Result, command, open_store, table
+
+
+def _sid_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("session_id")
+
+
+def _adopt_args(p: argparse.ArgumentParser) -> None:
+    _sid_arg(p)
+    p.add_argument("--host", metavar="MODULE:FACTORY", default=None,
+                   help="build the host loop with FACTORY(store) and resume the turn now "
+                        "(unattended); without it the turn is left for this node's recovery")
+
+
+def _host(spec: str, store: Any) -> Any:
+    mod, _, attr = spec.partition(":")
+    if not mod or not attr:
+        raise InvalidState(f"--host wants MODULE:FACTORY, got {spec!r}", reason="bad_host")
+    return getattr(importlib.import_module(mod), attr)(store)
+
+
+@command("adopt", "take another node's interrupted turn over (an event) and resume it unattended",
+         _adopt_args)
+def _adopt(args: argparse.Namespace) -> Result:
+    from ._sync import adopt
+
+    st = open_store(args, create=False)
+    before = st.read_marker(args.session_id)
+    loop = _host(args.host, st) if args.host else None
+    out = adopt(st, args.session_id, loop)
+    data = {"session_id": args.session_id, "from_node": before.node_id if before else None,
+            "to_node": st.node_id, **out.to_dict()}
+    text = f"adopted {args.session_id} from node {data['from_node']} (now {st.node_id}): " + (
+        "left for this node's recovery (it resumes unattended)" if out.outcome == "left"
+        else out.outcome + (f" ({out.reason})" if out.reason else ""))
+    ok = out.outcome in ("left", "resumed")
+    return (0 if ok else 1), data, text
+
+
+def _resolve_args(p: argparse.ArgumentParser) -> None:
+    _sid_arg(p)
+    p.add_argument("--keep", default="newest", metavar="newest|local|PATH",
+                   help="the version to keep: the highest version (default), the store's own "
+                        "file, or the file at PATH; every other goes to quarantine/")
+
+
+@command("resolve", "resolve a session's sync-tool conflict copies (losers to quarantine/)",
+         _resolve_args)
+def _resolve(args: argparse.Namespace) -> Result:
+    from ._sync import MARKER, SESSION, resolve, versions
+
+    st = open_store(args, create=False)
+    shown = versions(st, args.session_id, SESSION) + versions(st, args.session_id, MARKER)
+    r = resolve(st, args.session_id, keep=args.keep)
+    if not r.changed:
+        return 0, r.to_dict(), f"{args.session_id}: no conflict copies, nothing to do"
+    def fate(v: Any) -> str:
+        if v.path == r.kept:
+            return "kept"
+        if v.local:
+            return "follows the session" if v.kind == MARKER else "replaced (copy quarantined)"
+        return "quarantined"
+
+    rows = [[fate(v), v.kind, v.path, v.describe()] for v in shown]
+    text = table(rows, ["", "kind", "file", "version"])
+    text += f"\n{args.session_id} is now at version {r.version}; moved to quarantine:\n  "
+    text += "\n  ".join(r.quarantined)
+    return 0, {**r.to_dict(), "versions": [v.to_dict() for v in shown]}, text
+
+
+@command("conflicts", "list every sync-tool conflict copy with its version and the local one")
+def _conflicts(args: argparse.Namespace) -> Result:
+    from ._sync import SESSION, conflict_copies, versions
+
+    st = open_store(args, create=False)
+    found = conflict_copies(st)
+    data: dict[str, Any] = {}
+    rows = []
+    for sid, copies in sorted(found.items()):
+        local = [v for v in versions(st, sid, SESSION) if v.local]
+        data[sid] = [v.to_dict() for v in local + copies]
+        for v in local + copies:
+            rows.append([sid, "local" if v.local else (v.tool or "?"), v.kind,
+                         v.describe(), v.path])
+    text = table(rows, ["session", "copy by", "kind", "version", "file"]) if rows else \
+        "(no conflict copies)"
+    return (1 if found else 0), {"conflicts": data}, text
+
+
+def _watch_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--poll", action="store_true",
+                   help="poll instead of inotify/FSEvents (network filesystems)")
+    p.add_argument("--initial", action="store_true",
+                   help="first report what is already there (as 'added')")
+    p.add_argument("--count", type=int, default=0, help="stop after N changes")
+    p.add_argument("--timeout", type=float, default=0.0, help="stop after N seconds")
+
+
+@command("watch", "report markers, sessions and conflict copies as they change (by version)",
+         _watch_args)
+def _watch(args: argparse.Namespace) -> Result:
+    st = open_store(args, create=False)
+    stop = threading.Event()
+    timer = threading.Timer(args.timeout, stop.set) if args.timeout > 0 else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
+    n = 0
+    try:
+        for c in st.watch(poll=args.poll, initial=args.initial, stop_event=stop):
+            if args.json:
+                print(json.dumps(c.to_dict(), default=str), flush=True)
+            else:
+                print(time.strftime("%H:%M:%S", time.localtime(c.at)), c.describe(), flush=True)
+            n += 1
+            if args.count and n >= args.count:
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if timer is not None:
+            timer.cancel()
+    return 0, None, ""
