@@ -26,7 +26,7 @@ import attrs
 
 from . import _events as ev
 from ._config import Config
-from ._errors import LockTimeout, SessionNotFound, UnreadableState
+from ._errors import FsDurableError, LockTimeout, SessionNotFound, UnreadableState
 from ._loop import in_doubt
 from ._model import Marker, Session
 from ._store import Store
@@ -70,7 +70,8 @@ class Outcome:
     """What recovery decided (``verdict``, from the marker alone) and did (``outcome``) for one
     marker. Outcomes: resumed, failed, abandoned, review_required, superseded, repaired, kept
     (disabled), listed (foreign), busy (route held past the timeout), planned (dry run), left
-    (``resume=False``: would resume, left for the host)."""
+    (``resume=False``: would resume, left for the host), error (the disk refused a write; the
+    marker stays for the next start)."""
 
     session_id: str
     turn_id: str
@@ -163,7 +164,13 @@ def recover(store: Store, loop: Host, policy: RecoveryPolicy | None = None, *,
             out.append(attrs.evolve(base, outcome="kept" if v == "disabled" else "listed",
                                     reason=v))
             continue
-        out.append(resume_one(store, loop, m, policy=pol, resume=resume))
+        try:
+            out.append(resume_one(store, loop, m, policy=pol, resume=resume))
+        except (FsDurableError, OSError) as e:  # e.g. the disk refuses the claim commit
+            err = f"{type(e).__name__}: {e}"
+            store.emit(SKIPPED, session_id=m.session_id, turn_id=m.turn_id, reason="error",
+                       error=err)
+            out.append(attrs.evolve(base, outcome="error", reason="error", error=err))
     return RecoveryReport(tuple(out))
 
 

@@ -22,21 +22,20 @@ def _rows(outcomes: list[Any]) -> list[list[str]]:
 
 @command("interrupted", "list the interrupted turns (markers) with their verdict and age")
 def _interrupted(args: argparse.Namespace) -> Result:
-    from ._recovery import assess
+    from ._recovery import RecoveryPolicy, verdict
 
     st = open_store(args)
-    found = assess(st)
-    markers = {m.session_id: m for m in st.interrupted()}
+    pol = RecoveryPolicy.from_config(st.config)
+    now = st.clock()
     data = []
-    for o in found:
-        m = markers.get(o.session_id)
-        data.append({"session_id": o.session_id, "turn_id": o.turn_id, "node_id": o.node_id,
-                     "verdict": o.verdict, "age_seconds": round(o.age, 3),
-                     "resume_attempts": o.attempts,
-                     "route_key": m.route_key if m else None,
-                     "source": m.source if m else None,
-                     "checkpoint_at": m.checkpoint_at if m else None})
-    rows = [[o.session_id, o.verdict, _age(o.age), str(o.attempts), o.node_id] for o in found]
+    for m in st.interrupted():  # one listing of markers/; sessions are never read
+        data.append({"session_id": m.session_id, "turn_id": m.turn_id, "node_id": m.node_id,
+                     "verdict": verdict(m, node_id=st.node_id, now=now, policy=pol),
+                     "age_seconds": round(now - m.checkpoint_at, 3),
+                     "resume_attempts": m.resume_attempts, "route_key": m.route_key,
+                     "source": m.source, "checkpoint_at": m.checkpoint_at})
+    rows = [[d["session_id"], d["verdict"], _age(d["age_seconds"]), str(d["resume_attempts"]),
+             d["node_id"]] for d in data]
     text = table(rows, ["session", "verdict", "age", "attempts", "node"]) if rows else "(none)"
     return 0, {"interrupted": data}, text
 

@@ -290,3 +290,27 @@ def test_a_turn_that_moved_on_supersedes_the_recovery(store: Store) -> None:
     assert o.outcome == "superseded" and p2.calls == []
     [ev] = [e for e in store.events("s") if e.code == "interrupted_turn_abandoned"]
     assert ev.reason == "superseded" and ev.turn_id == m.turn_id
+
+
+def test_a_refused_disk_is_an_error_outcome_not_a_crash(store: Store) -> None:
+    import errno
+
+    from fsdurable import _fsio
+
+    interrupt(store, "s", "look")
+    interrupt(store, "t", "look")
+
+    def refuse(op: str, args: tuple[Any, ...]) -> None:
+        if op == "write" and "s.json" in str(args[0]):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    p2 = Provider()
+    prev = _fsio.set_recorder(refuse)
+    try:
+        rep = recover(store, AgentLoop(store, ScriptedModel(SCRIPT), _tools(p2)))
+    finally:
+        _fsio.set_recorder(prev)
+    got = {o.session_id: o.outcome for o in rep.outcomes}
+    assert got == {"s": "error", "t": "resumed"}  # one bad turn never stops the others
+    m = store.read_marker("s")
+    assert m is not None and m.resume_attempts == 0  # the claim did not land; nothing ran for s
