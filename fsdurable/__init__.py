@@ -50,6 +50,14 @@ _EXPORTS = {
     "RecoveryReport": "._recovery",
     "recover": "._recovery",
     "resume_one": "._recovery",
+    "Resolution": "._sync",
+    "adopt": "._sync",
+    "conflict_copies": "._sync",
+    "foreign_turns": "._sync",
+    "resolve": "._sync",
+    "take_over": "._sync",
+    "Change": "._watch",
+    "watch": "._watch",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
@@ -87,4 +95,6 @@ if TYPE_CHECKING:
     from ._model import Event, LedgerEntry, Marker, Message, Session, ToolCall, Turn
     from ._recovery import Host, Outcome, RecoveryPolicy, RecoveryReport, recover, resume_one
     from ._store import Store, default_root
+    from ._sync import Resolution, adopt, conflict_copies, foreign_turns, resolve, take_over
     from ._tools import Reply, ScriptedModel, Tool, ToolContext, tool
+    from ._watch import Change, watch

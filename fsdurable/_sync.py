@@ -307,7 +307,7 @@ def _brief(v: Version) -> dict[str, Any]:
 # ---------------------------------------------------------------------- adopt
 
 
-def foreign(store: Store) -> list[Marker]:
+def foreign_turns(store: Store) -> list[Marker]:
     """Interrupted turns owned by other nodes (listed, never run here unless adopted)."""
     me = store.node_id
     return [m for m in store.interrupted() if m.node_id != me]

@@ -20,7 +20,7 @@ from fsdurable._layout import NameKind, classify
 from fsdurable._model import Marker, Message, Session, Turn
 from fsdurable._sync import (
     conflict_copies,
-    foreign,
+    foreign_turns,
     resolve,
     take_over,
     tool_of,
@@ -262,7 +262,7 @@ def test_foreign_turn_is_listed_and_taken_over_with_an_event(root: Path) -> None
     a.create("t")
     s = a.begin_turn("t", "do it")
     b = Store(root, node_id="edge")
-    assert [m.session_id for m in foreign(b)] == ["t"] and foreign(a) == []
+    assert [m.session_id for m in foreign_turns(b)] == ["t"] and foreign_turns(a) == []
     with pytest.raises(TurnStateError) as e:
         take_over(a, "t")
     assert e.value.reason == "not_foreign"
@@ -270,7 +270,7 @@ def test_foreign_turn_is_listed_and_taken_over_with_an_event(root: Path) -> None
     assert m.node_id == "edge" and m.turn_id == s.turn.id
     # the take-over never freshens the turn: same checkpoint, same attempt count
     assert m.checkpoint_at == s.turn.checkpoint_at and m.resume_attempts == 0
-    assert foreign(b) == [] and [x.session_id for x in foreign(a)] == ["t"]
+    assert foreign_turns(b) == [] and [x.session_id for x in foreign_turns(a)] == ["t"]
     e2 = [x for x in b.events("t") if x.code == ev.ADOPTED][-1]
     assert e2.detail == {"from_node": "laptop", "to_node": "edge"} and e2.node_id == "edge"
     with pytest.raises(TurnStateError):
