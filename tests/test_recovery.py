@@ -314,3 +314,21 @@ def test_a_refused_disk_is_an_error_outcome_not_a_crash(store: Store) -> None:
     assert got == {"s": "error", "t": "resumed"}  # one bad turn never stops the others
     m = store.read_marker("s")
     assert m is not None and m.resume_attempts == 0  # the claim did not land; nothing ran for s
+
+
+def test_the_claim_takes_the_original_route_lock(store: Store) -> None:
+    store.create("s", route_key="user:ana")
+    p = Provider()
+    p.crash_on.add("look")
+    with pytest.raises(Crash):
+        AgentLoop(store, ScriptedModel(SCRIPT), _tools(p)).run("s", "go")
+    p2 = Provider()
+    loop = AgentLoop(store, ScriptedModel(SCRIPT), _tools(p2))
+    with store.lock("user:ana"):  # live traffic on that route (another session, say)
+        [o] = recover(store, loop, RecoveryPolicy(lock_timeout=0.05)).outcomes
+    assert (o.outcome, o.reason) == ("busy", "route_busy") and p2.calls == []
+    m = store.read_marker("s")
+    assert m is not None and m.resume_attempts == 0  # nothing claimed, nothing counted
+    with store.lock("session:s"):  # not the turn's route: does not block it
+        [o] = recover(store, loop).outcomes
+    assert o.outcome == "resumed"
