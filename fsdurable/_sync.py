@@ -400,3 +400,15 @@ def conflict_detail(store: Store, path: str, session_id: str, kind: str = SESSIO
     except UnreadableState:
         hint = " (neither is readable: --keep PATH)"
     return text + f"; run `fsdurable resolve {sid}`{hint}"
+
+
+IGNORE_FILES = ("stignore", "rsync-filter", "unison.prf", "dropbox-nextcloud.txt")
+
+
+def ignore_file(name: str) -> str:
+    """Path of a shipped ignore file: ``stignore`` (Syncthing), ``rsync-filter``, ``unison.prf``,
+    ``dropbox-nextcloud.txt`` (a note). They keep half-written files out of sync."""
+    if name not in IGNORE_FILES:
+        raise InvalidState(f"no ignore file {name!r}; there are {', '.join(IGNORE_FILES)}",
+                           reason="unknown_ignore_file")
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "ignore", name)

@@ -137,3 +137,20 @@ def _watch(args: argparse.Namespace) -> Result:
         if timer is not None:
             timer.cancel()
     return 0, None, ""
+
+
+def _ignore_args(p: argparse.ArgumentParser) -> None:
+    from ._sync import IGNORE_FILES
+
+    p.add_argument("name", choices=IGNORE_FILES)
+
+
+@command("ignore-file", "print a shipped ignore file (stignore, rsync-filter, unison.prf, "
+         "dropbox-nextcloud.txt) that keeps half-written files out of sync", _ignore_args)
+def _ignore_file(args: argparse.Namespace) -> Result:
+    from ._sync import ignore_file
+
+    path = ignore_file(args.name)
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    return 0, {"name": args.name, "path": path, "content": text}, text.rstrip("\n")
