@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import attrs
 
 from . import _events as ev
-from ._config import Config
+from ._config import DEFAULT_CONFIG, Config
 from ._errors import FsDurableError, LockTimeout, SessionNotFound, UnreadableState
 from ._loop import in_doubt
 from ._model import Marker, Session
@@ -51,12 +51,13 @@ class Host(Protocol):
 
 @attrs.frozen
 class RecoveryPolicy:
-    """The gates. ``RecoveryPolicy.from_config(config)`` takes the defaults (see Config)."""
+    """The gates. Defaults are Config's (whose comments name the failure each one prevents);
+    ``RecoveryPolicy.from_config(config)`` takes a store's."""
 
-    enabled: bool = True
-    stale_after: float = 4 * 3600.0
-    max_attempts: int = 3
-    lock_timeout: float = 30.0
+    enabled: bool = DEFAULT_CONFIG.recovery_enabled
+    stale_after: float = DEFAULT_CONFIG.stale_after
+    max_attempts: int = DEFAULT_CONFIG.max_resume_attempts
+    lock_timeout: float = DEFAULT_CONFIG.route_lock_timeout
 
     @classmethod
     def from_config(cls, config: Config) -> RecoveryPolicy:
