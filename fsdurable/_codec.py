@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 from collections.abc import Callable
 from typing import Any
 
+import attrs
+
 from ._errors import InvalidState, UnreadableState
-from ._model import Event, Manifest, Marker, Session
+from ._model import Event, Manifest, Marker, Message, Session
 
 SESSION_FORMAT = "fsdurable.session/2"
 MARKER_FORMAT = "fsdurable.marker/1"
@@ -320,14 +323,102 @@ def session_to_dict(s: Session) -> dict[str, Any]:
 
 
 def encode_session(s: Session) -> bytes:
+    """The session file's bytes; the same bytes as ``orjson.dumps(session_to_dict(s))``.
+
+    The transcript is spliced in from ``_MessageCache`` so a checkpoint of a long session costs
+    the encoding of its new messages, not of all of them (bench/growth.py)."""
     import orjson
 
-    d = session_to_dict(s)
     try:
+        d: dict[str, Any] = {"format": SESSION_FORMAT}
+        if s.messages:
+            d.update(_conv().unstructure(attrs.evolve(s, messages=())))
+            d["messages"] = orjson.Fragment(_message_cache.encode(s.id, s.messages))
+        else:
+            d.update(_conv().unstructure(s))
         return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
     except TypeError as e:
         raise InvalidState(f"session {s.id} is not JSON-serialisable: {e}", session_id=s.id,
                            reason="not_json") from e
+
+
+class _MessageCache:
+    """The encoded JSON of the transcripts last committed, per session id, bounded.
+
+    Messages are frozen, so a message that is the *same object* as one encoded before encodes to
+    the same bytes — unless it has tool calls, whose ``arguments`` are mutable dicts: for those
+    the arguments' encoding is kept and compared again on every reuse. Reuse is decided by
+    identity (``is``) of the transcript's prefix, never by equality, and the cache holds the
+    message objects it remembers, so an id cannot be recycled under it. A transcript that was
+    appended to costs the encoding of its new messages (plus two copies of the bytes); anything
+    else is encoded afresh. At most ``MAX_SESSIONS`` transcripts and ``MAX_BYTES`` of encoded
+    messages are kept, oldest dropped first.
+    """
+
+    MAX_SESSIONS = 8
+    MAX_BYTES = 64 * 1024 * 1024
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        # session id -> (messages, "[" + encoded messages joined by ",",
+        #                [(index, encoded tool-call arguments)] to re-check on reuse)
+        self._entries: dict[str, tuple[tuple[Message, ...], bytearray,
+                                       list[tuple[int, bytes]]]] = {}
+        self._bytes = 0
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._bytes = 0
+
+    @staticmethod
+    def _arguments(m: Message) -> bytes:
+        import orjson
+
+        return orjson.dumps([c.arguments for c in m.tool_calls])
+
+    def encode(self, sid: str, msgs: tuple[Message, ...]) -> bytes:
+        """``orjson.dumps([unstructured message, ...])`` of ``msgs``, reusing what it can."""
+        import orjson
+
+        with self._lock:  # taken out while in use: two threads never share an entry
+            entry = self._entries.pop(sid, None)
+            if entry is not None:
+                self._bytes -= len(entry[1])
+        start = 0
+        if entry is not None:
+            old, buf, checks = entry
+            k = len(old)
+            if (k <= len(msgs) and all(map(operator.is_, old, msgs[:k]))
+                    and all(self._arguments(msgs[i]) == a for i, a in checks)):
+                start = k
+        if start == 0:
+            buf, checks = bytearray(b"["), []
+        unstructure = _conv().unstructure
+        for i in range(start, len(msgs)):
+            m = msgs[i]
+            if i:
+                buf += b","
+            buf += orjson.dumps(unstructure(m))
+            if m.tool_calls:
+                checks.append((i, self._arguments(m)))
+        buf += b"]"
+        out = bytes(buf)
+        del buf[-1]
+        with self._lock:
+            if len(buf) <= self.MAX_BYTES:
+                self._entries[sid] = (msgs, buf, checks)
+                self._bytes += len(buf)
+            while self._entries and (len(self._entries) > self.MAX_SESSIONS
+                                     or self._bytes > self.MAX_BYTES):
+                oldest = next(iter(self._entries))
+                self._bytes -= len(self._entries.pop(oldest)[1])
+        return out
+
+
+_message_cache = _MessageCache()
 
 
 def parse_session(data: bytes, *, path: str | None = None) -> tuple[Session, bool]:
