@@ -27,8 +27,8 @@ import attrs
 from . import _events as ev
 from ._config import DEFAULT_CONFIG, Config
 from ._errors import FsDurableError, LockTimeout, SessionNotFound, UnreadableState
-from ._loop import in_doubt
-from ._model import Marker, Session
+from ._loop import in_doubt, unanswered_calls
+from ._model import Marker, Message, Session
 from ._store import Store
 
 SKIPPED = "interrupted_turn_skipped"  # disabled / foreign / route busy: listed, kept, not run
@@ -282,7 +282,14 @@ def _park(store: Store, s: Session, doubtful: list[Any], base: Outcome) -> Outco
             return cur
         meta = {**cur.metadata, "review_required": {"turn_id": tid, "calls": calls,
                                                     "at": store.clock()}}
-        return attrs.evolve(cur, in_progress=False, turn=None, metadata=meta)
+        # every tool call keeps an answer, so the transcript stays valid for the next turn
+        doubt = {e.tool_call_id for e in doubtful}
+        answers = tuple(Message("tool", "outcome unknown: the process died during this call; "
+                                "it was not repeated and needs a human's review"
+                                if c.id in doubt else "not run: the turn was interrupted",
+                                tool_call_id=c.id) for c in unanswered_calls(cur))
+        return attrs.evolve(cur, in_progress=False, turn=None, metadata=meta,
+                            messages=cur.messages + answers)
 
     store.patch(s.id, park)
     store.emit(ev.REVIEW_REQUIRED, session_id=s.id, turn_id=tid, reason="in_doubt",

@@ -110,6 +110,8 @@ def test_in_doubt_external_call_parks_the_turn_for_review(store: Store) -> None:
     assert "interrupted_turn_review_required" in codes(store, "s")
     assert "interrupted_turn_resuming" not in codes(store, "s")
     assert s.turn is None  # no attempt was spent on it either
+    assert s.messages[-1].role == "tool" and s.messages[-1].tool_call_id == "c1"
+    assert s.messages[-1].content.startswith("outcome unknown")
 
 
 SOURCES = st.one_of(st.sampled_from(["desktop", "kocoro", "api", "cli", "attended", "human"]),
