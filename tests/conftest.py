@@ -13,6 +13,20 @@ REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--torture", action="store_true",
+                     help="also run the long torture runs (tests marked slow)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--torture"):
+        return
+    skip = pytest.mark.skip(reason="long torture run: enable with --torture")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Locks and node ids never leak into the user's real state dir; a fixed node id."""
