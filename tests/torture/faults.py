@@ -217,3 +217,214 @@ def run_scenario(sc: Scenario, root: str) -> list[str]:
     except Exception as e:
         out.append(f"store unusable after the fault: {type(e).__name__}: {e}")
     return out
+
+
+# ---------------------------------------------------------------------- real-world faults
+
+
+def _snapshot(root: str) -> dict[str, bytes]:
+    out = {}
+    for dirpath, _, files in os.walk(root):
+        if os.sep + "events" in dirpath:
+            continue
+        for f in files:
+            p = os.path.join(dirpath, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, root)] = fh.read()
+    return out
+
+
+def probe(root: str, *prefix: str) -> dict[str, dict[str, Any]]:
+    """Run tests/torture/probe.py on ``root`` in a child (under ``prefix``, e.g. setpriv)."""
+    import json
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = repo + os.pathsep + env.get("PYTHONPATH", "")
+    out = subprocess.run([*prefix, sys.executable, "-m", "tests.torture.probe", root],
+                         env=env, capture_output=True, text=True, cwd=repo, timeout=120)
+    if out.returncode != 0:
+        raise AssertionError(out.stderr)
+    return {r["op"]: r for r in map(json.loads, out.stdout.splitlines())}
+
+
+def no_caps_prefix() -> list[str] | None:
+    """How to make mode bits bind: nothing for a normal user; as root, drop every capability
+    with setpriv (the owner then meets the mode bits like anyone). None if impossible."""
+    import shutil
+
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--inh-caps=-all", "--bounding-set=-all"] if setpriv else None
+
+
+WRITES = ("patch", "begin_turn", "checkpoint", "end_turn", "create", "delete")
+
+
+def _refused_writes(res: dict[str, dict[str, Any]], reason: str) -> list[str]:
+    out = []
+    for op in WRITES:
+        r = res[op]
+        if r["ok"] or r.get("type") != "StorageError" or r.get("reason") != reason:
+            out.append(f"{op}: expected StorageError {reason}, got {r}")
+    for op in ("load", "interrupted", "doctor", "doctor_repair"):
+        if not res[op]["ok"]:
+            out.append(f"{op} failed on a store that can be read: {res[op]}")
+    if not res["recover"]["ok"] and res["recover"].get("type") != "StorageError":
+        out.append(f"recover: untyped failure {res['recover']}")
+    return out
+
+
+def eacces_not_writable(root: str) -> list[str] | None:
+    """A store whose files and directories are read-only by mode: writes get EACCES."""
+    prefix = no_caps_prefix()
+    if prefix is None:
+        return None
+    seed(root)
+    before = _snapshot(root)
+    for dirpath, _, files in os.walk(root):
+        os.chmod(dirpath, 0o500)
+        for f in files:
+            os.chmod(os.path.join(dirpath, f), 0o400)
+    try:
+        res = probe(root, *prefix)
+    finally:
+        for dirpath, _, _files in os.walk(root):
+            os.chmod(dirpath, 0o700)
+    out = _refused_writes(res, "EACCES")
+    if res["interrupted"].get("value") != "['b']":
+        out.append(f"discovery on a read-only store: {res['interrupted']}")
+    if _snapshot(root) != before:
+        out.append("a refused store was modified")
+    return out + files_under_final_names_parse(root)
+
+
+def eacces_not_readable(root: str) -> list[str] | None:
+    """Files that cannot even be read: opening the store is a typed StorageError."""
+    prefix = no_caps_prefix()
+    if prefix is None:
+        return None
+    seed(root)
+    for dirpath, _, files in os.walk(root):
+        for f in files:
+            os.chmod(os.path.join(dirpath, f), 0)
+    try:
+        res = probe(root, *prefix)
+    finally:
+        for dirpath, _, files in os.walk(root):
+            for f in files:
+                os.chmod(os.path.join(dirpath, f), 0o600)
+    r = res["open"]
+    out = []
+    if r["ok"] or r.get("type") != "StorageError" or r.get("reason") != "EACCES":
+        out.append(f"open of an unreadable store: {r}")
+    if not Store(root).load("b").in_progress:
+        out.append("the last committed state was lost")
+    return out
+
+
+def read_only_mount(base: str) -> list[str] | None:
+    """A read-only bind mount of a store (needs root and mount): writes get EROFS."""
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return None
+    src, dst = os.path.join(base, "store"), os.path.join(base, "ro")
+    seed(src)
+    os.makedirs(dst)
+    if subprocess.run(["mount", "--bind", src, dst], capture_output=True).returncode != 0:
+        return None
+    try:
+        if subprocess.run(["mount", "-o", "remount,ro,bind", dst],
+                          capture_output=True).returncode != 0:
+            return None
+        before = _snapshot(src)
+        res = probe(dst)
+        out = _refused_writes(res, "EROFS")
+        if res["interrupted"].get("value") != "['b']":
+            out.append(f"discovery on a read-only mount: {res['interrupted']}")
+        if _snapshot(src) != before:
+            out.append("a read-only store was modified")
+        return out
+    finally:
+        subprocess.run(["umount", dst], check=True)
+
+
+LOCKER = """
+import sys, time
+from fsdurable import Store
+st = Store(sys.argv[1])
+with st._commit_lock("a"), st.lock("session:a"):
+    print("locked", flush=True)
+    time.sleep(600)
+"""
+
+
+def dead_lock_holder(root: str) -> list[str]:
+    """A process holding the commit and route locks hangs (SIGSTOP: LockTimeout, typed, the
+    state readable), then is SIGKILLed: the kernel frees its locks and work goes on."""
+    import signal
+    import subprocess
+    import sys
+
+    from fsdurable._config import Config
+    from fsdurable._errors import LockTimeout
+
+    out = []
+    st = Store(root, config=Config(commit_lock_timeout=0.3, route_lock_timeout=0.3))
+    st.create("a")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = repo + os.pathsep + env.get("PYTHONPATH", "")
+    child = subprocess.Popen([sys.executable, "-c", LOCKER, root], env=env,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        if child.stdout.readline().strip() != "locked":
+            return ["the lock holder did not start"]
+        os.kill(child.pid, signal.SIGSTOP)
+        try:
+            st.patch("a", lambda s: attrs.evolve(s, metadata={"k": 1}))
+            out.append("a commit went through a held commit lock")
+        except LockTimeout as e:
+            if e.reason != "timeout" or e.session_id != "a":
+                out.append(f"LockTimeout without reason/session: {e!r}")
+        try:
+            with st.lock("session:a"):
+                out.append("a held route lock was taken")
+        except LockTimeout:
+            pass
+        if Store(root).load("a").version != 1:
+            out.append("state unreadable while a lock is held")
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+    s = st.begin_turn("a", "after the holder died")
+    with st.lock("session:a"):
+        st.end_turn(s, "ok")
+    if Store(root).load("a").version != 3:
+        out.append("work did not go on after the holder died")
+    return out + files_under_final_names_parse(root)
+
+
+REAL = ("eacces_not_writable", "eacces_not_readable", "read_only_mount", "dead_lock_holder")
+
+
+def run_real(name: str, base: str) -> list[str] | None:
+    """One real-world fault in a fresh directory ``base``; None if this machine cannot do it."""
+    root = os.path.join(base, "store")
+    if name == "eacces_not_writable":
+        return eacces_not_writable(root)
+    if name == "eacces_not_readable":
+        return eacces_not_readable(root)
+    if name == "read_only_mount":
+        return read_only_mount(base)
+    if name == "dead_lock_holder":
+        return dead_lock_holder(root)
+    raise ValueError(name)
