@@ -273,8 +273,16 @@ def run(base: str, *, kills: int = 200, workers: int = 3, seed: int = 1,
         max_delay: float = 0.12, progress: bool = False) -> dict[str, Any]:
     """Fork ``workers`` children, SIGKILL one at random ``kills`` times (restarting it), check
     after every kill and at the end. Returns the figures and the violations."""
+    # everything a worker needs is imported here, once: a forked child starts at once, and an
+    # edit of the source tree during a long run cannot half-break a child's import
+    import fsdurable._codec as codec
+    import fsdurable._doctor
+    import fsdurable._loop
+    import fsdurable._recovery
+    import fsdurable._tools  # noqa: F401
     from fsdurable._store import Store
 
+    codec._conv()  # cattrs converter (imported lazily on the first session parse)
     rnd = random.Random(seed)
     root, world = os.path.join(base, "store"), os.path.join(base, "world")
     os.makedirs(os.path.join(world, "idem"), exist_ok=True)
