@@ -91,14 +91,19 @@ def _finite_float(text: str) -> float:
     return v
 
 
+# json.loads(text, **hooks) builds this same decoder on every call; build it once (the startup
+# path parses every marker with it)
+_STRICT_JSON = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_reject_constant,
+                                parse_float=_finite_float)
+
+
 def loads_strict(data: bytes, *, path: str | None = None) -> dict[str, Any]:
     """Parse a small JSON object strictly: UTF-8 without BOM, no NaN, no duplicate keys."""
     try:
         text = data.decode("utf-8")
         if text.startswith("\ufeff"):
             raise ValueError("byte order mark")
-        obj = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant,
-                         parse_float=_finite_float)
+        obj = _STRICT_JSON.decode(text)
     except (ValueError, RecursionError) as e:
         raise UnreadableState(f"not valid JSON: {e}", path=path, reason="invalid_json") from e
     if not isinstance(obj, dict):
@@ -144,13 +149,18 @@ def upgrade(
     return d, migrated
 
 
+_MISSING: Any = object()
+
+
 def _field(d: dict[str, Any], key: str, typ: type | tuple[type, ...], path: str | None,
            *, optional: bool = False) -> Any:
-    if key not in d:
+    v = d.get(key, _MISSING)
+    if v.__class__ is typ and typ is not float:  # exactly str or int: no bool, no NaN to check
+        return v
+    if v is _MISSING:
         if optional:
             return None
         raise UnreadableState(f"missing field {key!r}", path=path, reason="missing_field")
-    v = d[key]
     if v is None and optional:
         return None
     ok = isinstance(v, typ) and not (isinstance(v, bool) and bool not in _tuple(typ))
