@@ -147,7 +147,17 @@ def state_dir(root: str) -> str:
         base = platformdirs.user_state_dir("fsdurable", appauthor=False)
     import hashlib  # not at module top: loading OpenSSL costs milliseconds at startup
 
-    key = hashlib.sha256(os.path.realpath(root).encode()).hexdigest()[:24]
+    real = os.path.realpath(root)
+    real_base = os.path.realpath(base)
+    if real_base == real or real_base.startswith(real.rstrip(os.sep) + os.sep):
+        # a sync tool would carry the locks and the node id to the other machines: two nodes
+        # with one id would both resume the same turn
+        from ._errors import InvalidState
+
+        raise InvalidState(f"the machine-local state dir {base} is inside the store {root}: "
+                           "set FSDURABLE_STATE_DIR to a directory outside it", path=base,
+                           reason="state_dir_in_store")
+    key = hashlib.sha256(real.encode()).hexdigest()[:24]
     return os.path.join(base, "stores", key)
 
 

@@ -394,3 +394,13 @@ def test_adopting_an_expired_turn_abandons_it(root: Path) -> None:
     out = adopt(later, "t", _edge_loop(later, []))
     assert (out.outcome, out.reason) == ("abandoned", "stale")
     assert later.interrupted() == [] and not later.load("t").in_progress
+
+
+def test_a_state_dir_inside_the_store_is_refused(root: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FSDURABLE_STATE_DIR", str(root / "local"))
+    store = Store(root)
+    with pytest.raises(InvalidState) as e:
+        store.create("a")  # the first commit takes a lock: it would live inside ROOT
+    assert e.value.reason == "state_dir_in_store"
+    assert not (root / "local").exists() and store.sessions() == []
