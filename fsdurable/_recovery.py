@@ -31,7 +31,7 @@ from ._loop import in_doubt, unanswered_calls
 from ._model import Marker, Message, Session
 from ._store import Store
 
-SKIPPED = "interrupted_turn_skipped"  # disabled / foreign / route busy: listed, kept, not run
+SKIPPED = ev.SKIPPED  # disabled / foreign / route busy / error: listed, kept, not run
 VERDICTS = ("resume", "stale", "exhausted", "foreign", "disabled")
 
 
