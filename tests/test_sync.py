@@ -4,9 +4,13 @@ and that nothing machine-local is ever written inside the store."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+import subprocess
+import time
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -27,6 +31,7 @@ from fsdurable._sync import (
     versions,
 )
 
+from .conftest import PYTHON, subprocess_env
 from .test_store import biconditional_violations as _bicond
 
 
@@ -404,3 +409,67 @@ def test_a_state_dir_inside_the_store_is_refused(root: Path,
         store.create("a")  # the first commit takes a lock: it would live inside ROOT
     assert e.value.reason == "state_dir_in_store"
     assert not (root / "local").exists() and store.sessions() == []
+
+
+# ---------------------------------------------------------------------- CLI
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
+    from fsdurable.cli import main
+
+    capsys.readouterr()
+    code = main([*argv, "--json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out) if out.strip() else None
+
+
+def test_cli_conflicts_doctor_resolve(store: Store, root: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    _local, far = two_sided(store)
+    copy = write_copy(store, far, COPY_NAMES[0][0])
+    r = str(root)
+    code, out = _cli(capsys, "conflicts", "--root", r)
+    assert code == 1 and [v["version"] for v in out["conflicts"]["s1"]] == [3, 4]
+    code, out = _cli(capsys, "doctor", "--root", r)
+    detail = next(f["detail"] for f in out["findings"] if f["code"] == "conflict_copy")
+    assert "version 4, in progress" in detail and "version 3, idle" in detail
+    assert "keeps the copy, version 4" in detail
+    code, out = _cli(capsys, "resolve", "s1", "--root", r, "--keep", "local")
+    assert code == 0 and out["kept"] == store.layout.session("s1") and out["changed"]
+    assert not os.path.exists(copy) and len(out["quarantined"]) == 1
+    code, out = _cli(capsys, "resolve", "s1", "--root", r)
+    assert code == 0 and out["changed"] is False
+    code, out = _cli(capsys, "conflicts", "--root", r)
+    assert code == 0 and out == {"conflicts": {}}
+    code, out = _cli(capsys, "resolve", "s1", "--root", r, "--keep", str(root / "nope.json"))
+    assert code == 1 and out["error"] == "SessionNotFound"
+
+
+def test_cli_adopt_and_ignore_file(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _far_turn(root)  # on node "laptop"; this process is node "node-test"
+    code, out = _cli(capsys, "adopt", "t", "--root", str(root))
+    assert code == 0 and (out["from_node"], out["to_node"], out["outcome"]) == (
+        "laptop", "node-test", "left")
+    code, out = _cli(capsys, "adopt", "t", "--root", str(root))
+    assert code == 1 and out["reason"] == "not_foreign"
+    code, out = _cli(capsys, "ignore-file", "stignore")
+    assert code == 0 and "(?d)~*.tmp" in out["content"].splitlines()
+    assert os.path.isfile(out["path"])
+
+
+def test_cli_watch_streams_json_lines(root: Path) -> None:
+    st = Store(root)
+    with subprocess.Popen([PYTHON, "-m", "fsdurable", "watch", "--root", str(root), "--json",
+                           "--count", "2", "--timeout", "60"], env=subprocess_env(),
+                          stdout=subprocess.PIPE, text=True) as p:
+        deadline = time.monotonic() + 60
+        n = 0
+        while p.poll() is None and time.monotonic() < deadline:
+            st.create(f"w{n}")  # until the watcher has seen two
+            n += 1
+            time.sleep(0.3)
+        out, _ = p.communicate(timeout=30)
+    assert p.returncode == 0
+    changes = [json.loads(x) for x in out.splitlines()]
+    assert len(changes) == 2
+    assert all(c["kind"] == "session" and c["action"] == "added" for c in changes)
