@@ -17,7 +17,7 @@ import attrs
 from . import _events as ev
 from . import _fsio
 from ._codec import parse_marker, parse_session
-from ._errors import FsDurableError, LockTimeout, UnreadableState
+from ._errors import FsDurableError, LockTimeout, StorageError, UnreadableState
 from ._layout import NameKind, classify, own_id, validate_session_id
 from ._model import Marker, Session
 from ._store import Store
@@ -133,6 +133,10 @@ class _Scan:
                 raise UnreadableState(f"holds session {s.id!r}", path=path, reason="wrong_id")
         except FileNotFoundError:
             return None
+        except StorageError as e:  # EACCES, EIO: reported, left alone (it may be transient)
+            self.add("refused_read", path, f"the disk refused to read it: {e.message}",
+                     session_id=sid)
+            return None
         except UnreadableState as e:
             self.add("unreadable_session", path, f"{e.message} ({e.reason})", session_id=sid,
                      repair="move to quarantine",
@@ -151,6 +155,10 @@ class _Scan:
                 raise UnreadableState(f"names session {m.session_id!r}", path=path,
                                       reason="wrong_id")
         except FileNotFoundError:
+            return None
+        except StorageError as e:  # EACCES, EIO: reported, left alone (it may be transient)
+            self.add("refused_read", path, f"the disk refused to read it: {e.message}",
+                     session_id=sid)
             return None
         except UnreadableState as e:
             self.add("unreadable_marker", path, f"{e.message} ({e.reason})", session_id=sid,

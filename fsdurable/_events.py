@@ -26,6 +26,7 @@ RESUMING = "interrupted_turn_resuming"
 RESUMED = "interrupted_turn_resumed"
 RESUME_FAILED = "interrupted_turn_resume_failed"
 ABANDONED = "interrupted_turn_abandoned"
+SKIPPED = "interrupted_turn_skipped"  # found, kept, not run (disabled, foreign, busy, unreadable)
 REVIEW_REQUIRED = "interrupted_turn_review_required"
 MARKER_REPAIRED = "marker_repaired"
 SESSION_QUARANTINED = "session_quarantined"

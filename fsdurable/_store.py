@@ -25,6 +25,7 @@ from ._errors import (
     ConflictError,
     InvalidState,
     SessionNotFound,
+    StorageError,
     TurnStateError,
     UnreadableState,
 )
@@ -243,14 +244,21 @@ class Store:
         """Every interrupted turn, from ONE listing of ``markers/`` and the markers themselves.
 
         Never reads ``sessions/``; never raises because of one bad marker (it is quarantined with
-        an ``interrupted_turn_abandoned`` event, reason ``unreadable``). Oldest checkpoint first.
+        an ``interrupted_turn_abandoned`` event, reason ``unreadable``; one the disk refuses to
+        read — EACCES, EIO — is left in place with an ``interrupted_turn_skipped`` event).
+        Oldest checkpoint first.
         """
         out = []
         for name in _fsio.list_names(self.layout.markers):
             sid = own_id(name)
             if sid is None:
                 continue
-            m = self.read_marker(sid)
+            try:
+                m = self.read_marker(sid)
+            except StorageError as e:  # EACCES/EIO on one marker: kept, not run, reported
+                self.emit(ev.SKIPPED, session_id=sid, reason="unreadable", cause=e.reason,
+                          path=self.layout.marker(sid))
+                continue
             if m is not None:
                 out.append(m)
         out.sort(key=lambda m: (m.checkpoint_at, m.session_id))

@@ -326,6 +326,37 @@ def eacces_not_readable(root: str) -> list[str] | None:
     return out
 
 
+def one_file_unreadable(root: str) -> list[str] | None:
+    """One marker and one session the disk refuses to read (EACCES): discovery and doctor go on
+    (the marker is skipped with an event and kept), a load of that session is a typed error."""
+    prefix = no_caps_prefix()
+    if prefix is None:
+        return None
+    seed(root)
+    bad = [os.path.join(root, "markers", "b.json"), os.path.join(root, "sessions", "a.json")]
+    for p in bad:
+        os.chmod(p, 0)
+    try:
+        res = probe(root, *prefix)
+    finally:
+        for p in bad:
+            if os.path.lexists(p):
+                os.chmod(p, 0o600)
+    out = []
+    if not res["interrupted"]["ok"]:
+        out.append(f"discovery raised on one unreadable marker: {res['interrupted']}")
+    if not res["doctor"]["ok"] or "refused_read" not in res["doctor"].get("value", ""):
+        out.append(f"doctor on one unreadable file: {res['doctor']}")
+    r = res["load"]
+    if r["ok"] or r.get("type") != "StorageError" or r.get("reason") != "EACCES":
+        out.append(f"load of an unreadable session: {r}")
+    if not res["sessions"]["ok"]:
+        out.append("listing failed")
+    if Store(root).load("a").version != 1:  # the probe's writes to it were all refused
+        out.append("the unreadable session was not kept as it was")
+    return out
+
+
 def read_only_mount(base: str) -> list[str] | None:
     """A read-only bind mount of a store (needs root and mount): writes get EROFS."""
     import shutil
@@ -413,7 +444,8 @@ def dead_lock_holder(root: str) -> list[str]:
     return out + files_under_final_names_parse(root)
 
 
-REAL = ("eacces_not_writable", "eacces_not_readable", "read_only_mount", "dead_lock_holder")
+REAL = ("eacces_not_writable", "eacces_not_readable", "one_file_unreadable", "read_only_mount",
+        "dead_lock_holder")
 
 
 def run_real(name: str, base: str) -> list[str] | None:
@@ -423,6 +455,8 @@ def run_real(name: str, base: str) -> list[str] | None:
         return eacces_not_writable(root)
     if name == "eacces_not_readable":
         return eacces_not_readable(root)
+    if name == "one_file_unreadable":
+        return one_file_unreadable(root)
     if name == "read_only_mount":
         return read_only_mount(base)
     if name == "dead_lock_holder":
