@@ -383,6 +383,13 @@ class _MessageCache:
             self._entries.clear()
             self._bytes = 0
 
+    def discard(self, sid: str) -> None:
+        """Forget one session's transcript (its next encoding starts from scratch)."""
+        with self._lock:
+            entry = self._entries.pop(sid, None)
+            if entry is not None:
+                self._bytes -= len(entry[1])
+
     @staticmethod
     def _arguments(m: Message) -> bytes:
         import orjson

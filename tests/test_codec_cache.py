@@ -73,5 +73,9 @@ def test_cache_is_bounded() -> None:
     assert len(cache._entries) == cache.MAX_SESSIONS
     assert cache._bytes == sum(len(e[1]) for e in cache._entries.values())
     assert cache._bytes <= cache.MAX_BYTES
+    last = f"s{cache.MAX_SESSIONS * 3 - 1}"
+    cache.discard(last)
+    assert last not in cache._entries
+    assert cache._bytes == sum(len(e[1]) for e in cache._entries.values())
     _codec._message_cache.clear()
     assert cache._bytes == 0 and not cache._entries
