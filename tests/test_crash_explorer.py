@@ -69,17 +69,17 @@ def test_the_test_side_copy_of_the_protocol_passes() -> None:
 
 
 def test_the_figures_command_prints_the_table() -> None:
+    """The command itself (its explorer part is the same code as the tests above)."""
     import subprocess
 
     from tests.conftest import PYTHON, REPO, subprocess_env
 
-    out = subprocess.run([PYTHON, "-m", "tests.torture", "--quick", "--only", "explorer",
-                          "--only", "hostile"], env=subprocess_env(), cwd=REPO,
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run([PYTHON, "-m", "tests.torture", "--quick", "--only", "hostile"],
+                         env=subprocess_env(), cwd=REPO, capture_output=True, text=True,
+                         timeout=300)
     assert out.returncode == 0, out.stderr
-    rows = dict(line.split(" | ") for line in out.stdout.splitlines()[2:])
-    table = {k.strip(): v.strip() for k, v in rows.items()}
-    assert int(table["crash states explored"]) > 500
-    assert table["mutations caught"] == "4/4"
+    lines = out.stdout.splitlines()
+    assert lines[0].split(" | ") == ["figure".ljust(len(lines[0].split(" | ")[0])), "value"]
+    table = {k.strip(): v.strip() for k, v in (line.split(" | ") for line in lines[2:])}
     assert int(table["hostile inputs"]) >= 30
     assert table["violations"] == "0"
