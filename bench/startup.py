@@ -48,6 +48,8 @@ sys.stdout.write("[" + ", ".join('"%s"' % m.session_id for m in ms) + "]\\n")
 
 PROBE_SCRIPT = """\
 import sys, time, json
+t00 = time.perf_counter()
+import attrs
 t0 = time.perf_counter()
 import fsdurable
 t1 = time.perf_counter()
@@ -56,7 +58,8 @@ t2 = time.perf_counter()
 ms = st.interrupted()
 t3 = time.perf_counter()
 heavy = %r
-print(json.dumps({"import": t1 - t0, "open": t2 - t1, "interrupted": t3 - t2,
+print(json.dumps({"attrs_import": t0 - t00, "import": t1 - t0, "open": t2 - t1,
+                  "interrupted": t3 - t2,
                   "markers": len(ms), "modules": len(sys.modules),
                   "loaded": sorted(m for m in heavy if m in sys.modules)}))
 """.replace("%r", repr(HEAVY))
@@ -93,7 +96,8 @@ def probe_imports(root: str, env: dict[str, str], reps: int) -> dict[str, Any]:
         "ok": not any(m in loaded for m in MUST_NOT),
         "modules_total": runs[-1]["modules"],
         "markers_found": runs[-1]["markers"],
-        "in_process": {k: stats([r[k] for r in runs]) for k in ("import", "open", "interrupted")},
+        "in_process": {k: stats([r[k] for r in runs]) for k in ("attrs_import", "import", "open",
+                                                            "interrupted")},
     }
 
 

@@ -1,0 +1,189 @@
+"""Commit: one checkpoint of a session of 1 KB, 64 KB, 1 MB and 10 MB.
+
+Command: ``python -m bench.commit`` (full) or ``python -m bench.commit --quick`` (1 KB - 1 MB).
+Writes ``commit.json``.
+
+Contenders, interleaved round by round, all on the same filesystem:
+  fsdurable        ``store.checkpoint(session)`` of an in-progress session (commit lock, version
+                   compare-and-swap, encode, temp + fsync + rename + directory fsync; the marker
+                   is fresh, so it is not rewritten)
+  fsdurable_cold   the same with the encoder's message cache emptied before each call (the first
+                   checkpoint after a load: the whole transcript is encoded)
+  floor            the same bytes: write a temp file, fsync, rename over the target, fsync the
+                   directory (no encoding, no lock, no check)
+  sqlite           SQLite (stdlib ``sqlite3``), WAL, ``synchronous=FULL``, the same bytes as one
+                   blob row (UPDATE in its own transaction)
+The peers get the bytes ready-made (their serialization is not counted): a ring of 16 encodings
+of successive checkpoints of the same session (version and timestamps advance, as they do in
+fsdurable's checkpoints). SQLite rewrites only the pages that changed when a blob keeps its
+length, so its figure is that of a checkpoint that adds no message.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import sqlite3
+from typing import Any
+
+from ._harness import cache_dir, environment, log, measure, parse_args, ratio, write_result
+
+FULL = {"sizes": [1 << 10, 64 << 10, 1 << 20, 10 << 20], "reps": {1 << 10: 300, 64 << 10: 300,
+                                                                  1 << 20: 100, 10 << 20: 30},
+        "budget": 10.0}
+QUICK = {"sizes": [1 << 10, 64 << 10, 1 << 20], "reps": {1 << 10: 30, 64 << 10: 30,
+                                                          1 << 20: 10}, "budget": 1.0}
+
+
+def session_of_size(store: Any, sid: str, target: int) -> Any:
+    """An in-progress session whose encoding is about ``target`` bytes (a realistic transcript)."""
+    import attrs
+
+    from fsdurable._codec import encode_session
+
+    from ._data import make_messages
+
+    s = store.create(sid)
+    s = store.begin_turn(sid, "start")
+    msgs = make_messages(random.Random(target), target)
+    lo, hi = 1, len(msgs)
+    while lo < hi:  # the longest prefix that stays under the target
+        mid = (lo + hi + 1) // 2
+        if len(encode_session(attrs.evolve(s, messages=msgs[:mid]))) <= target:
+            lo = mid
+        else:
+            hi = mid - 1
+    return store.commit(attrs.evolve(s, messages=msgs[:lo]), s.version)
+
+
+def checkpoint_ring(s: Any, k: int = 16) -> list[bytes]:
+    """Encodings of ``k`` successive checkpoints of ``s`` (what fsdurable writes each time)."""
+    import time
+
+    import attrs
+
+    from fsdurable._codec import encode_session
+
+    out = []
+    now = time.time()
+    for i in range(k):
+        t = now + 0.0137 * (i + 1)
+        turn = attrs.evolve(s.turn, checkpoint_at=t, phase=("model_replied", "tools_done")[i % 2])
+        out.append(encode_session(attrs.evolve(s, version=s.version + i + 1, updated_at=t,
+                                               turn=turn)))
+    return out
+
+
+class Floor:
+    """Temp file + fsync + rename + directory fsync, with nothing else."""
+
+    def __init__(self, directory: str, ring: list[bytes]) -> None:
+        self.dir = directory
+        self.path = os.path.join(directory, "floor.json")
+        self.tmp = os.path.join(directory, "~floor.json.tmp")
+        self.ring = ring
+        self.i = 0
+
+    def __call__(self) -> None:
+        self.i += 1
+        data = self.ring[self.i % len(self.ring)]
+        fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(self.tmp, self.path)
+        dfd = os.open(self.dir, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+class SqlitePeer:
+    def __init__(self, path: str, ring: list[bytes]) -> None:
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, data BLOB)")
+        self.db.execute("INSERT OR REPLACE INTO sessions VALUES ('s', ?)", (ring[0],))
+        self.ring = ring
+        self.i = 0
+
+    def __call__(self) -> None:
+        self.i += 1
+        self.db.execute("BEGIN")
+        self.db.execute("UPDATE sessions SET data = ? WHERE id = 's'",
+                        (self.ring[self.i % len(self.ring)],))
+        self.db.execute("COMMIT")
+
+
+def run(quick: bool, out_dir: str) -> dict[str, Any]:
+    import fsdurable
+    from fsdurable import _codec
+
+    p = QUICK if quick else FULL
+    work = os.path.join(cache_dir(quick), "commit")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    os.environ.setdefault("FSDURABLE_STATE_DIR", os.path.join(work, "state"))
+    env = environment(work)
+    store = fsdurable.Store(os.path.join(work, "store"), node_id="bench-node")
+    rows = []
+    for size in p["sizes"]:
+        sid = f"c{size}"
+        box = {"s": session_of_size(store, sid, size)}
+        cold = {"s": session_of_size(store, sid + "-cold", size)}
+        ring = checkpoint_ring(box["s"])
+        data = ring[0]
+        floor_dir = os.path.join(work, f"floor-{size}")
+        os.makedirs(floor_dir)
+
+        def checkpoint(box: dict[str, Any]) -> None:
+            box["s"] = store.checkpoint(box["s"])
+
+        def setup(name: str, sid: str = sid) -> None:
+            if name == "fsdurable_cold":
+                _codec._message_cache.discard(sid + "-cold")
+
+        peer = SqlitePeer(os.path.join(work, f"sqlite-{size}.db"), ring)
+        calls = {"fsdurable": lambda b=box: checkpoint(b),
+                 "fsdurable_cold": lambda b=cold: checkpoint(b),
+                 "floor": Floor(floor_dir, ring), "sqlite": peer}
+        res = measure(calls, min_reps=min(10, p["reps"][size]), max_reps=p["reps"][size],
+                      budget=p["budget"], setup=setup)
+        peer.db.close()
+        f = res["fsdurable"]
+        row = {"size": size, "bytes": len(data), "messages": len(box["s"].messages),
+               "results": res,
+               "ratios": {"fsdurable_vs_floor": ratio(f, res["floor"]),
+                          "fsdurable_cold_vs_floor": ratio(res["fsdurable_cold"], res["floor"]),
+                          "sqlite_vs_floor": ratio(res["sqlite"], res["floor"]),
+                          "fsdurable_vs_sqlite": ratio(f, res["sqlite"])}}
+        log(f"  commit {size}: " + ", ".join(f"{k} {v['median'] * 1e3:.2f}ms"
+                                            for k, v in res.items()))
+        rows.append(row)
+    targets = {}
+    for size, limit in ((64 << 10, 1.25), (1 << 20, 1.5)):
+        r = next((r for r in rows if r["size"] == size), None)
+        if r is not None:
+            v = r["ratios"]["fsdurable_vs_floor"]
+            targets[f"checkpoint_vs_floor_{size >> 10}KB"] = {"value": v, "target": f"<= {limit}",
+                                                              "met": v <= limit}
+    body = {"params": {"sizes": p["sizes"]}, "rows": rows, "targets": targets}
+    path = write_result(out_dir, "commit", env, body, quick=quick)
+    log(f"wrote {path}")
+    shutil.rmtree(work, ignore_errors=True)
+    return body
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv, __doc__ or "")
+    run(args.quick, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

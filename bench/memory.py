@@ -1,0 +1,96 @@
+"""Memory: peak RSS and peak Python allocations of discovery, per number of sessions N.
+
+Command: ``python -m bench.memory`` (full: N = 1k, 10k, 100k) or ``python -m bench.memory --quick``.
+Writes ``memory.json``. Each figure comes from a fresh process (``resource.getrusage`` peak RSS of
+the whole process; ``tracemalloc`` peak of the discovery call alone), with 10 interrupted turns.
+Contenders: fsdurable (``Store(root).interrupted()``), the floor (``os.scandir`` of ``markers/`` +
+``json``) and the full scan of ``sessions/`` that file-based agents do today.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+from ._harness import REPO, environment, log, parse_args, write_result
+
+PROBE = """\
+import json, os, resource, sys, tracemalloc
+sys.path.insert(0, {repo!r})
+kind, root = sys.argv[1], sys.argv[2]
+if kind == "fsdurable":
+    import fsdurable
+    store = fsdurable.Store(root)
+    call = store.interrupted
+else:
+    from bench.discovery import floor, full_scan
+    call = ((lambda: floor(os.path.join(root, "markers"))) if kind == "floor"
+            else (lambda: full_scan(os.path.join(root, "sessions"))))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+tracemalloc.start()
+found = call()
+_, peak = tracemalloc.get_traced_memory()
+tracemalloc.stop()
+found = call()  # once more without tracing, for the RSS figure
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({{"found": len(found), "traced_peak_bytes": peak,
+                  "rss_peak_kb": after, "rss_before_kb": before}}))
+"""
+
+
+def probe(kind: str, root: str, env: dict[str, str], reps: int) -> dict[str, Any]:
+    runs = []
+    for _ in range(reps):
+        out = subprocess.run([sys.executable, "-c", PROBE.format(repo=REPO), kind, root],
+                             env=env, check=True, capture_output=True, text=True, timeout=600)
+        runs.append(json.loads(out.stdout))
+    runs.sort(key=lambda r: r["rss_peak_kb"])
+    mid = runs[len(runs) // 2]
+    return {**mid, "runs": len(runs)}
+
+
+def run(quick: bool, out_dir: str) -> dict[str, Any]:
+    import os
+
+    from .discovery import FULL, QUICK, datasets_for
+    from .startup import child_env
+
+    p = QUICK if quick else FULL
+    datasets = datasets_for(p["ns"], quick)
+    env = environment(datasets[-1].path)
+    cenv = child_env(os.path.join(os.path.dirname(datasets[-1].path), "state"))
+    rows = []
+    for ds in datasets:
+        ds.configure(10)
+        row: dict[str, Any] = {"n": ds.n, "m": 10}
+        for kind in ("fsdurable", "floor", "full_scan"):
+            row[kind] = probe(kind, ds.root, cenv, 3)
+            if row[kind]["found"] != 10:
+                raise AssertionError(f"{kind} found {row[kind]['found']} turns, expected 10")
+        log(f"  memory n={ds.n}: " + ", ".join(
+            f"{k} rss {row[k]['rss_peak_kb'] / 1024:.1f} MB traced {row[k]['traced_peak_bytes']}"
+            for k in ("fsdurable", "floor", "full_scan")))
+        rows.append(row)
+    lo, hi = rows[0]["fsdurable"], rows[-1]["fsdurable"]
+    rss_ratio = hi["rss_peak_kb"] / lo["rss_peak_kb"]
+    traced_ratio = hi["traced_peak_bytes"] / max(1, lo["traced_peak_bytes"])
+    targets = {"rss_largest_vs_smallest_n": {"value": rss_ratio, "target": "<= 1.05",
+                                             "met": rss_ratio <= 1.05},
+               "traced_peak_largest_vs_smallest_n": {"value": traced_ratio, "target": "<= 1.1",
+                                                     "met": traced_ratio <= 1.1}}
+    body = {"rows": rows, "targets": targets}
+    path = write_result(out_dir, "memory", env, body, quick=quick)
+    log(f"wrote {path}")
+    return body
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv, __doc__ or "")
+    run(args.quick, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

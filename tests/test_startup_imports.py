@@ -1,0 +1,59 @@
+"""The startup path stays light: a fresh process that imports fsdurable, opens a store and lists
+its interrupted turns never imports watchfiles, portalocker or cattrs (issue 2) — also when one
+marker is garbage and gets quarantined on the way. Structural (``sys.modules``), never timing;
+the timing lives in bench/startup.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from .conftest import PYTHON, subprocess_env
+
+FORBIDDEN = ("watchfiles", "portalocker", "cattrs")
+
+CHILD = """
+import json, sys
+import fsdurable
+after_import = sorted(m for m in sys.modules if m == "attrs" or m.startswith("fsdurable."))
+markers = fsdurable.Store(sys.argv[1]).interrupted()
+print(json.dumps({
+    "after_import": after_import,
+    "found": [m.session_id for m in markers],
+    "loaded": sorted(m for m in sys.modules if m.split(".")[0] in %r),
+}))
+"""
+
+
+def run_child(root: Path) -> dict[str, Any]:
+    out = subprocess.run([PYTHON, "-c", CHILD % (FORBIDDEN,), str(root)], env=subprocess_env(),
+                         capture_output=True, text=True, timeout=120, check=True)
+    result: dict[str, Any] = json.loads(out.stdout)
+    return result
+
+
+def test_discovery_in_a_fresh_process_imports_none_of_the_heavy_modules(store: Any,
+                                                                        root: Path) -> None:
+    for sid in ("a", "b"):
+        store.create(sid)
+    store.begin_turn("a", "hello")  # the parent pays for cattrs and portalocker, not the child
+    res = run_child(root)
+    assert res["found"] == ["a"]
+    assert res["loaded"] == [], f"discovery imported {res['loaded']}"
+    # ``import fsdurable`` alone loads no submodule and not attrs: every name is lazy
+    assert res["after_import"] == []
+
+
+def test_a_garbage_marker_is_quarantined_without_the_heavy_modules(store: Any,
+                                                                   root: Path) -> None:
+    store.create("good")
+    store.begin_turn("good", "hi")
+    (root / "markers" / "bad.json").write_bytes(b"\x00 not json")
+    res = run_child(root)
+    assert res["found"] == ["good"]
+    assert res["loaded"] == [], f"discovery imported {res['loaded']}"
+    assert not (root / "markers" / "bad.json").exists()
+    assert any(p.name.endswith("bad.json") for p in (root / "quarantine").iterdir())
