@@ -28,7 +28,7 @@ import attrs
 from fsdurable import _fsio
 from fsdurable._codec import encode_session, parse_marker, parse_session
 from fsdurable._config import Config
-from fsdurable._errors import ConflictError, StorageError, UnreadableState
+from fsdurable._errors import ConflictError, SessionNotFound, StorageError, UnreadableState
 from fsdurable._layout import NameKind, classify
 from fsdurable._model import LedgerEntry, Marker, Session
 from fsdurable._store import Store, _key
@@ -151,6 +151,16 @@ def _sync_without_fsync(self: Any, f: Any) -> None:
     f.flush()
 
 
+def _delete_marker_first(self: Store, session_id: str, *, base_version: int | None = None) -> None:
+    """Store.delete with its two unlinks swapped (the marker goes first)."""
+    with self._commit_lock(session_id):
+        if self._disk_version(session_id) == 0:
+            raise SessionNotFound(f"no session {session_id!r}", session_id=session_id)
+        _fsio.unlink(self.layout.marker(session_id))
+        _fsio.unlink(self.layout.session(session_id))
+        self._forget(session_id)
+
+
 @contextmanager
 def mutant(name: str) -> Iterator[CommitImpl | None]:
     """Install one broken variant of the commit protocol; yields the commit impl to use."""
@@ -168,12 +178,19 @@ def mutant(name: str) -> Iterator[CommitImpl | None]:
         yield _commit_in_order(("session", "marker", "unmark"))
     elif name == "marker_removed_before_session":
         yield _commit_in_order(("marker", "unmark", "session"))
+    elif name == "delete_marker_first":
+        with _patched(Store, "delete", _delete_marker_first):
+            yield None
+    elif name == "orphan_never_repaired":
+        with _patched(Store, "_remove_orphan_marker", lambda self, sid, s: False):
+            yield None
     else:
         raise ValueError(name)
 
 
+# the four the issue names, then two more: delete's unlinks swapped, orphan repair disabled
 MUTANTS = ("no_file_fsync", "no_dir_fsync", "session_before_marker",
-           "marker_removed_before_session")
+           "marker_removed_before_session", "delete_marker_first", "orphan_never_repaired")
 
 
 # ---------------------------------------------------------------------- the workload

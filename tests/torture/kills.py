@@ -269,6 +269,21 @@ def check_final(store: Any, world: str) -> tuple[list[str], dict[str, int]]:
 # ---------------------------------------------------------------------- the driver
 
 
+def _die_with_parent() -> None:
+    """Linux: the kernel SIGKILLs this worker if the driver dies (no orphan loops forever)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
 def run(base: str, *, kills: int = 200, workers: int = 3, seed: int = 1,
         max_delay: float = 0.12, progress: bool = False) -> dict[str, Any]:
     """Fork ``workers`` children, SIGKILL one at random ``kills`` times (restarting it), check
@@ -300,6 +315,8 @@ def run(base: str, *, kills: int = 200, workers: int = 3, seed: int = 1,
         if pid == 0:  # the child: never returns
             try:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                _die_with_parent()
                 worker(root, world, wid, child_seed)
             finally:
                 os._exit(1)
@@ -307,6 +324,7 @@ def run(base: str, *, kills: int = 200, workers: int = 3, seed: int = 1,
 
     violations: list[str] = []
     checker = Store(root, config=_config())
+    previous = signal.signal(signal.SIGTERM, _terminate)  # so the finally below reaps workers
     done = 0
     try:
         for wid in range(workers):
@@ -333,6 +351,7 @@ def run(base: str, *, kills: int = 200, workers: int = 3, seed: int = 1,
                 pass
             except ProcessLookupError:
                 pass
+        signal.signal(signal.SIGTERM, previous)
     violations += check_live(checker)
     # final startup: recovery and doctor --repair, twice; then nothing may be left
     from fsdurable._doctor import doctor, problems
