@@ -411,7 +411,9 @@ def default_startup(store: Store) -> list[str]:
 
 
 def check_state(rec: Recording, state: CrashState, k: int, where_root: str,
-                startup: StartupFn) -> list[str]:
+                startup: StartupFn, *, late: bool = False) -> list[str]:
+    """Check one crash state; ``late``: start up 5 h after the workload (past the staleness
+    window, so recovery abandons instead of resuming)."""
     where = f"op {k} [{state.note}]"
     state.materialise(where_root)
     sessions, markers, out = _parse_all(where_root, where + " raw")
@@ -422,7 +424,7 @@ def check_state(rec: Recording, state: CrashState, k: int, where_root: str,
     for attempt in (1, 2):  # startup twice: the second finds nothing left to do
         try:
             store = Store(where_root, config=Config(fsync=False),
-                          clock=lambda: rec.t0 + 7200.0)
+                          clock=lambda: rec.t0 + (5 * 3600.0 if late else 7200.0))
             repaired = startup(store)
         except Exception:  # any escape is the violation we are looking for
             out.append(f"{where}: startup {attempt} raised\n{traceback.format_exc(limit=6)}")
@@ -461,7 +463,9 @@ def explore(rec: Recording, *, exhaustive: bool = False, stop_at_first: bool = F
                     continue
                 seen.add(key)
                 report.states += 1
-                v = check_state(rec, state, k, where_root, startup)
+                # one state in four starts up past the staleness window: the abandon path
+                v = check_state(rec, state, k, where_root, startup,
+                                late=report.states % 4 == 0)
                 if v:
                     report.violations.extend(v[:3])
                     if stop_at_first or len(report.violations) >= max_violations:
