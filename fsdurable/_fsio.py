@@ -38,6 +38,9 @@ _STORAGE_ERRNOS = frozenset(
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+# Reading: a FIFO planted under a session or marker name would block open() until a writer
+# came — discovery would hang forever. With O_NONBLOCK open returns; fstat then refuses it.
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 try:
     import fcntl
 
@@ -178,7 +181,7 @@ def read_bounded(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
     """
     try:
         with storage_errors(path, "read"):  # EACCES, EIO: a typed StorageError
-            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise UnreadableState(f"{path} is a symlink", path=path, reason="symlink") from e

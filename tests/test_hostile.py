@@ -30,6 +30,7 @@ def test_the_committed_corpus_is_what_the_generator_writes() -> None:
         assert (hostile.CORPUS / rel).read_bytes() == data, rel
 
 
+@pytest.mark.timeout(120)  # a FIFO once hung discovery forever: fail, don't hang
 @pytest.mark.parametrize("rel", ALL)
 def test_one_hostile_file(rel: str, tmp_path: Path) -> None:
     n, violations = hostile.survive(str(tmp_path), only=rel)

@@ -147,7 +147,8 @@ def entries() -> list[tuple[str, str, str, bytes]]:
 
 GOOD_IDS = ("h_idle", "g_one", "g_two", "h_x")
 GENERATED = ("sessions/h_100mb.json", "sessions/h_link.json", "markers/h_link.json",
-             "sessions/h_dirlink.json")
+             "sessions/h_dirlink.json", "markers/h_fifo.json", "sessions/h_fifo.json",
+             "sessions/h_isdir.json")
 
 
 def regenerate() -> None:
@@ -204,6 +205,15 @@ def _generate(root: str, outside: str) -> dict[str, dict[str, str]]:
                                     "quarantined"}
     index["sessions/h_dirlink.json"] = {"what": "a symlink to a directory outside", "expect":
                                         "quarantined"}
+    # a FIFO would block a plain open() until a writer came: discovery would hang forever
+    os.mkfifo(Path(root) / "markers" / "h_fifo.json", 0o600)
+    os.mkfifo(Path(root) / "sessions" / "h_fifo.json", 0o600)
+    os.mkdir(Path(root) / "sessions" / "h_isdir.json", 0o700)
+    index["markers/h_fifo.json"] = {"what": "a FIFO under a marker name", "expect": "quarantined"}
+    index["sessions/h_fifo.json"] = {"what": "a FIFO under a session name", "expect":
+                                     "quarantined"}
+    index["sessions/h_isdir.json"] = {"what": "a directory under a session name", "expect":
+                                      "quarantined"}
     return index
 
 
