@@ -234,6 +234,14 @@ def resolve(store: Store, session_id: str, *, keep: str = KEEP_NEWEST) -> Resolu
     (the event says which node had it).
     """
     sid = validate_session_id(session_id)
+    # the route lock first (from what the files say now), then everything is read under it
+    seen = [v for v in versions(store, sid, SESSION) if v.session is not None]
+    route = seen[0].session.route_key if seen and seen[0].session else f"session:{sid}"
+    with store.lock(route):
+        return _resolve_locked(store, sid, keep)
+
+
+def _resolve_locked(store: Store, sid: str, keep: str) -> Resolution:
     sess = versions(store, sid, SESSION)
     marks = versions(store, sid, MARKER)
     copies = [v for v in sess if not v.local]
@@ -266,29 +274,26 @@ def resolve(store: Store, session_id: str, *, keep: str = KEEP_NEWEST) -> Resolu
     else:
         winner = _pick(sess, mode)
     assert winner.session is not None
-    route = (local.session.route_key if local is not None and local.session is not None
-             else winner.session.route_key)
     prev_owner = next((v.node_id for v in marks if v.local and v.error is None), None)
     moved: list[str] = []
     version = winner.version
-    with store.lock(route):
-        if winner is not local:
-            if local is not None and local.error is None:
-                moved.append(_preserve(store, local))
-                base = local.version or 0
-            elif local is not None:
-                moved.append(_move(store, local, sid))  # unreadable: nothing to compare with
-                base = 0
-            else:
-                base = 0
-            s = store.commit(winner.session, base)  # ConflictError if it moved meanwhile
-            version = s.version
-        for v in copies:
-            if not (external and v is winner):
-                moved.append(_move(store, v, sid))
-        for v in mcopies:
+    if winner is not local:
+        if local is not None and local.error is None:
+            moved.append(_preserve(store, local))
+            base = local.version or 0
+        elif local is not None:
+            moved.append(_move(store, local, sid))  # unreadable: nothing to compare with
+            base = 0
+        else:
+            base = 0
+        s = store.commit(winner.session, base)  # ConflictError if it moved meanwhile
+        version = s.version
+    for v in copies:
+        if not (external and v is winner):
             moved.append(_move(store, v, sid))
-        store.repair_marker(sid)
+    for v in mcopies:
+        moved.append(_move(store, v, sid))
+    store.repair_marker(sid)
     adopted = (winner is not local and winner.in_progress and prev_owner is not None
                and prev_owner != store.node_id)
     store.emit(ev.CONFLICT_RESOLVED, session_id=sid, turn_id=winner.turn_id, reason=mode,

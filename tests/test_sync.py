@@ -473,3 +473,32 @@ def test_cli_watch_streams_json_lines(root: Path) -> None:
     changes = [json.loads(x) for x in out.splitlines()]
     assert len(changes) == 2
     assert all(c["kind"] == "session" and c["action"] == "added" for c in changes)
+
+
+def test_resolve_waits_for_a_turn_holding_the_route(root: Path) -> None:
+    import threading
+
+    from fsdurable import Config, LockTimeout
+
+    store = Store(root, config=Config(route_lock_timeout=0.3))
+    _local, far = two_sided(store)
+    copy = write_copy(store, far, COPY_NAMES[0][0])
+    before = digest(store.layout.session("s1"))
+    held, release = threading.Event(), threading.Event()
+
+    def live_turn() -> None:  # another process's live turn, in a thread here
+        with Store(root).lock("session:s1"):
+            held.set()
+            release.wait(30)
+
+    t = threading.Thread(target=live_turn)
+    t.start()
+    try:
+        assert held.wait(30)
+        with pytest.raises(LockTimeout):
+            resolve(store, "s1")
+        assert digest(store.layout.session("s1")) == before and os.path.exists(copy)
+    finally:
+        release.set()
+        t.join(30)
+    assert resolve(store, "s1").kept == copy
