@@ -154,3 +154,20 @@ def _ignore_file(args: argparse.Namespace) -> Result:
     with open(path, encoding="utf-8") as f:
         text = f.read()
     return 0, {"name": args.name, "path": path, "content": text}, text.rstrip("\n")
+
+
+@command("node", "print this machine's node id and where its machine-local state lives")
+def _node(args: argparse.Namespace) -> Result:
+    import os
+
+    from ._layout import state_dir
+
+    st = open_store(args, create=False)
+    data = {"node_id": st.node_id, "from_env": bool(os.environ.get("FSDURABLE_NODE")),
+            "state_dir": state_dir(st.root), "root": st.root,
+            "foreign_turns": sorted({m.node_id for m in st.interrupted()} - {st.node_id})}
+    text = (f"node {st.node_id}" + (" (from FSDURABLE_NODE)" if data["from_env"] else "")
+            + f"\nmachine-local state (locks; never synced): {data['state_dir']}")
+    if data["foreign_turns"]:
+        text += f"\ninterrupted turns of other nodes here: {', '.join(data['foreign_turns'])}"
+    return 0, data, text

@@ -452,6 +452,9 @@ def test_cli_adopt_and_ignore_file(root: Path, capsys: pytest.CaptureFixture[str
         "laptop", "node-test", "left")
     code, out = _cli(capsys, "adopt", "t", "--root", str(root))
     assert code == 1 and out["reason"] == "not_foreign"
+    code, out = _cli(capsys, "node", "--root", str(root))
+    assert code == 0 and out["node_id"] == "node-test" and out["from_env"]
+    assert not Path(out["state_dir"]).resolve().is_relative_to(root.resolve())
     code, out = _cli(capsys, "ignore-file", "stignore")
     assert code == 0 and "(?d)~*.tmp" in out["content"].splitlines()
     assert os.path.isfile(out["path"])
