@@ -28,7 +28,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
-def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_env(tmp_path_factory: pytest.TempPathFactory,
+                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Locks and node ids never leak into the user's real state dir; a fixed node id."""
     state = tmp_path_factory.mktemp("state")
     monkeypatch.setenv("FSDURABLE_STATE_DIR", str(state))

@@ -29,14 +29,14 @@ def test_python_examples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, object] = {}
     for block in PY_BLOCKS:
-        exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102
+        exec(compile(block, "README.md", "exec"), namespace)
 
 
 def test_cli_examples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                       capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
     for block in PY_BLOCKS:
-        exec(compile(block, "README.md", "exec"), {})  # noqa: S102
+        exec(compile(block, "README.md", "exec"), {})
     monkeypatch.setenv("FSDURABLE_ROOT", str(tmp_path / "demo-store"))
     for line in COMMANDS:
         if line.startswith(SKIP):
