@@ -3,6 +3,7 @@ watchfiles backends (inotify and polling) and real processes."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -16,8 +17,10 @@ from pathlib import Path
 
 import attrs
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from fsdurable import Store
+from fsdurable import FsDurableError, Store
 from fsdurable._layout import NameKind, classify
 from fsdurable._watch import Change
 
@@ -176,3 +179,69 @@ def test_importing_and_opening_a_store_never_loads_watchfiles(root: Path) -> Non
             "bad = [m for m in ('watchfiles', 'fsdurable._watch', 'fsdurable._sync') "
             "if m in sys.modules]; assert not bad, bad")
     subprocess.run([PYTHON, "-c", code], env=subprocess_env(), check=True, timeout=60)
+
+
+OPS = st.lists(st.tuples(st.sampled_from(["create", "begin", "checkpoint", "end", "cancel",
+                                          "delete", "copy", "uncopy", "touch"]),
+                         st.sampled_from(["a", "b", "c"])), min_size=1, max_size=25)
+
+
+def _apply(store: Store, op: str, sid: str) -> None:
+    path = store.layout.session(sid)
+    copy = os.path.join(store.layout.sessions, f"{sid} (conflicted copy 2026-11-29 101010).json")
+    try:
+        if op == "create":
+            store.create(sid)
+        elif op == "begin":
+            store.begin_turn(sid, "go")
+        elif op == "checkpoint":
+            store.checkpoint(store.load(sid), phase="p")
+        elif op == "end":
+            store.end_turn(store.load(sid), "ok")
+        elif op == "cancel":
+            store.cancel(sid)
+        elif op == "delete":
+            store.delete(sid)
+        elif op == "copy" and os.path.exists(path):
+            shutil.copy(path, copy)
+        elif op == "uncopy" and os.path.exists(copy):
+            os.unlink(copy)
+        elif op == "touch" and os.path.exists(path):  # a tool re-delivers the same bytes
+            shutil.copy(path, path + ".Ab12Cd")
+            os.replace(path + ".Ab12Cd", path)
+    except (FsDurableError, LookupError):
+        pass  # the op does not apply in this state (no turn, no session, ...)
+
+
+def _disk(store: Store) -> dict[str, int]:
+    out = {}
+    for d in (store.layout.sessions, store.layout.markers):
+        for name in os.listdir(d):
+            if classify(name)[0] in (NameKind.OWN, NameKind.CONFLICT):
+                with open(os.path.join(d, name), "rb") as f:
+                    data = json.loads(f.read())
+                out[os.path.join(d, name)] = data.get("version", data.get("session_version"))
+    return out
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[
+    HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(ops=OPS, poll=st.booleans())
+def test_replaying_the_changes_gives_what_is_on_disk(tmp_path_factory: pytest.TempPathFactory,
+                                                      ops: list[tuple[str, str]],
+                                                      poll: bool) -> None:
+    """Whatever happens and however the events coalesce, the last reported version of each file
+    is the version on disk, and every file gone was reported removed."""
+    store = Store(tmp_path_factory.mktemp("w") / "store")
+    with recording(store, poll=poll, poll_interval=0.2) as r:
+        for op, sid in ops:
+            _apply(store, op, sid)
+        r.sync("end")
+    view: dict[str, int | None] = {}
+    for c in r.changes:
+        if c.action == "removed":
+            view.pop(c.path, None)
+        elif c.action in ("added", "changed"):
+            view[c.path] = c.version
+    disk = _disk(store)
+    assert view == disk
