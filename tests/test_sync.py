@@ -52,6 +52,7 @@ COPY_NAMES = [
     ("{id} (laptop's conflicted copy 2026-11-29).json", "dropbox/nextcloud"),
     ("{id} (Ann's conflicted copy 2026-11-29 (1)).json", "dropbox/nextcloud"),
     ("{id} (conflicted copy 2026-11-29 101010).json", "dropbox/nextcloud"),
+    ("{id} (conflicted copy ann_b 2026-11-29 101010).json", "dropbox/nextcloud"),  # with a user
     ("{id} (conflict_on_2026-11-29).json", "unison"),
 ]
 
