@@ -80,7 +80,7 @@ def test_v1_fixture_is_not_current_but_its_migration_is() -> None:
 # ---------------------------------------------------------------- encoder output validates
 
 
-@SETTINGS
+@settings(SETTINGS, max_examples=50)
 @given(sessions())
 def test_every_encoded_session_validates(s: Session) -> None:
     assert_valid("session", _codec.encode_session(s))
@@ -171,7 +171,7 @@ def _agree(kind: str, d: dict[str, Any], what: str) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@settings(deadline=None, max_examples=25, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, max_examples=10, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_schema_accepts_exactly_what_the_codec_accepts(kind: str, data: st.DataObject) -> None:
     """Every slot of a written file, with a probe of every JSON type, an unknown key and a random
