@@ -284,7 +284,7 @@ class Store:
 
     # ------------------------------------------------------------------ the commit function
 
-    def _commit_locked(self, new: Session, base: int) -> Session:
+    def _commit_locked(self, new: Session, base: int, *, at_least: int = 0) -> Session:
         """THE commit: every change to a session file goes through here, under its commit lock.
 
         1. compare-and-swap: the version on disk must be ``base`` (0 = absent) -> ConflictError;
@@ -294,7 +294,8 @@ class Store:
         4. not in progress: remove the marker if one exists (unlink, dir fsync).
         A crash between any two steps leaves "in progress => marker exists" true; the reverse gap
         (a marker without an in-progress session) is repaired by recovery and doctor.
-        Returns the session at its new version (``base + 1``).
+        Returns the session at its new version: ``base + 1``, or ``at_least`` if that is higher
+        (resolving a sync conflict keeps versions increasing across every copy that was seen).
         """
         from ._codec import encode_session
 
@@ -306,7 +307,7 @@ class Store:
                 session_id=sid, path=self.layout.session(sid), reason="version_mismatch",
                 expected=base, actual=disk,
             )
-        s = attrs.evolve(new, version=base + 1, updated_at=self.clock())
+        s = attrs.evolve(new, version=max(base + 1, at_least), updated_at=self.clock())
         data = encode_session(s)
         mpath = self.layout.marker(sid)
         if s.in_progress and self._marker_stale(sid, s):
@@ -339,10 +340,12 @@ class Store:
                 or m.resume_attempts != turn.resume_attempts
                 or turn.checkpoint_at - m.checkpoint_at >= self.config.marker_refresh)
 
-    def commit(self, new: Session, base_version: int) -> Session:
-        """Commit ``new`` if the session on disk is at ``base_version`` (0: must not exist)."""
+    def commit(self, new: Session, base_version: int, *, at_least: int = 0) -> Session:
+        """Commit ``new`` if the session on disk is at ``base_version`` (0: must not exist).
+
+        The new version is ``base_version + 1``, or ``at_least`` if higher."""
         with self._commit_lock(validate_session_id(new.id)):
-            return self._commit_locked(new, base_version)
+            return self._commit_locked(new, base_version, at_least=at_least)
 
     # ------------------------------------------------------------------ session API
 

@@ -226,7 +226,7 @@ def resolve(store: Store, session_id: str, *, keep: str = KEEP_NEWEST) -> Resolu
     local file), ``"local"`` (the store's own file), or a PATH to one of the versions (a conflict
     copy, or a session file elsewhere, e.g. taken back out of ``quarantine/``). A kept copy is
     committed over the local file through the one commit function (compare-and-swap on the local
-    version, marker first), so the session's version becomes the local version + 1; the local
+    version, marker first); the session's new version is above every version seen; the local
     file's old content is copied into ``quarantine/`` first. Every conflict copy of the session and
     of its marker ends in ``quarantine/`` and the marker is made to agree with the session.
     Emits ``conflict_resolved``. Holds the session's route lock, so a turn running here is never
@@ -286,7 +286,10 @@ def _resolve_locked(store: Store, sid: str, keep: str) -> Resolution:
             base = 0
         else:
             base = 0
-        s = store.commit(winner.session, base)  # ConflictError if it moved meanwhile
+        # ConflictError if it moved meanwhile; the result is newer than every version seen, so
+        # "highest version" keeps meaning "latest" on every machine the copies came from
+        top = max((v.version or 0 for v in (*sess, winner)), default=0)
+        s = store.commit(winner.session, base, at_least=top + 1)
         version = s.version
     for v in copies:
         if not (external and v is winner):

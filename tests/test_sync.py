@@ -146,7 +146,8 @@ def test_resolve_newest_keeps_the_higher_version_and_loses_nothing(store: Store)
     r = resolve(store, "s1")
     assert r.changed and r.keep == "newest" and r.kept == copy and r.kept_version == 4
     s = store.load("s1")
-    assert s.version == local.version + 1 == r.version  # committed over the local version
+    # committed over the local version, and newer than every version seen (local and copies)
+    assert s.version == max(local.version, far.version) + 1 == r.version
     assert s.messages == far.messages and s.in_progress
     # the kept turn is in progress: its marker was written (this node's) before the session
     m = store.read_marker("s1")
@@ -202,8 +203,8 @@ def test_resolve_refuses_a_marker_path_and_a_missing_local(store: Store) -> None
     write_copy(store, far, COPY_NAMES[0][0])
     with pytest.raises(SessionNotFound):
         resolve(store, "s1", keep="local")
-    r = resolve(store, "s1")  # newest: the copy becomes the session
-    assert r.version == 1 and store.load("s1").messages == far.messages
+    r = resolve(store, "s1")  # newest: the copy becomes the session, above its own version
+    assert r.version == far.version + 1 and store.load("s1").messages == far.messages
 
 
 def test_an_unreadable_copy_is_a_loser_never_deleted(store: Store) -> None:
