@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -207,17 +208,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     handler = _COMMANDS[args.command][0]
     try:
-        code, data, text = handler(args)
-    except InvalidSessionId as e:
-        _error(args, e)
-        return 2
-    except FsDurableError as e:
-        _error(args, e)
-        return 1
-    if args.json and data is not None:  # None: the command streamed its own (watch: JSON Lines)
-        print(json.dumps(data, indent=2, default=str, ensure_ascii=False))
-    elif text:
-        print(text)
+        try:
+            code, data, text = handler(args)
+        except InvalidSessionId as e:
+            _error(args, e)
+            return 2
+        except FsDurableError as e:
+            _error(args, e)
+            return 1
+        if args.json and data is not None:  # None: the command streamed its own (JSON Lines)
+            print(json.dumps(data, indent=2, default=str, ensure_ascii=False))
+        elif text:
+            print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:  # `fsdurable events | head`: the reader left, which is no error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush stays quiet
+        return 0
     return code
 
 

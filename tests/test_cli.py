@@ -110,3 +110,14 @@ def test_default_root_is_the_user_data_dir(tmp_path: Path) -> None:
     where = json.loads(r.stdout)["root"]
     assert where.startswith(str(tmp_path)) and os.path.exists(os.path.join(where,
                                                                             "fsdurable.json"))
+
+
+def test_a_closed_pipe_is_not_an_error(busy: Store, root: Path) -> None:
+    from fsdurable import Config
+
+    fast = Store(root, config=Config(fsync=False))
+    for i in range(800):  # ~100 KB of ids: more than a pipe holds, so print meets the closed end
+        fast.create(f"s{i:04d}" + "x" * 120)
+    r = subprocess.run(f"{PYTHON} -m fsdurable --root {root} sessions | head -1", shell=True,
+                       env=subprocess_env(), capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "busy" and "Traceback" not in r.stderr, r.stderr
