@@ -325,3 +325,67 @@ def test_every_file_the_store_writes_validates(root: Path) -> None:
             "session_deleted", "marker_repaired", "session_quarantined", "session_migrated",
             "custom_host_event"} <= codes
     assert len(list((root / "quarantine").iterdir())) == 2  # bad.json and ghost.json, kept
+
+
+SITECUSTOMIZE = '''
+import os
+_log = os.environ.get("FSDURABLE_TEST_WRITE_LOG")
+if _log:
+    import base64
+    import json
+    from fsdurable import _fsio
+    _pending = {}
+
+    def _out(path, data):
+        with open(os.path.join(_log, "%d.jsonl" % os.getpid()), "a") as f:
+            f.write(json.dumps({"path": path, "data": base64.b64encode(data).decode()}) + "\\n")
+
+    def _record(op, args):
+        if op == "write":
+            _pending[args[0]] = args[1]
+        elif op in ("rename", "link") and args[0] in _pending:
+            _out(args[1], _pending.pop(args[0]))
+        elif op == "append":
+            _out(args[0], args[1])
+
+    _fsio.set_recorder(_record)
+'''
+
+
+def test_every_file_the_demo_processes_write_validates(tmp_path: Path) -> None:
+    """The demo's real processes (turns with tools and ledger, SIGKILLs, recovery, abandons,
+    review, cancel): every write of every process, recorded in that process, validates."""
+    import base64
+    import subprocess
+
+    from .conftest import PYTHON, subprocess_env
+
+    hook, log, root = tmp_path / "hook", tmp_path / "writes", tmp_path / "store"
+    hook.mkdir()
+    log.mkdir()
+    (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    env = subprocess_env(FSDURABLE_TEST_WRITE_LOG=str(log),
+                         FSDURABLE_STATE_DIR=str(tmp_path / "state"))
+    env["PYTHONPATH"] = str(hook) + os.pathsep + env["PYTHONPATH"]
+    p = subprocess.run([PYTHON, "-m", "fsdurable", "demo", "--json", "--keep", "--root",
+                        str(root)], env=env, capture_output=True, text=True, timeout=240,
+                       check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+    counts = dict.fromkeys(KINDS, 0)
+    processes = sorted(log.iterdir())
+    assert len(processes) >= 3  # the demo itself and its turn / recovery children
+    for proc in processes:
+        for rec in proc.read_text().splitlines():
+            r = json.loads(rec)
+            kind = kind_of(root, r["path"])
+            if kind is not None:
+                assert_valid(kind, base64.b64decode(r["data"]), where=r["path"])
+                counts[kind] += 1
+    assert counts["session"] >= 10 and counts["marker"] >= 3 and counts["event"] >= 10, counts
+    for sub in ("sessions", "markers"):
+        for f in (root / sub).iterdir():
+            assert_valid(sub[:-1], f.read_bytes(), where=str(f))
+    for f in (root / "events").glob("*/*.jsonl"):
+        for line in f.read_bytes().splitlines():
+            assert_valid("event", line, where=str(f))
