@@ -357,7 +357,8 @@ class _MessageCache:
 
     Messages are frozen, so a message that is the *same object* as one encoded before encodes to
     the same bytes — unless it has tool calls, whose ``arguments`` are mutable dicts: for those
-    the arguments' encoding is kept and compared again on every reuse. Reuse is decided by
+    a deep copy of the arguments is kept and compared (``==``) on every reuse, and any change
+    means a fresh encoding. Reuse is decided by
     identity (``is``) of the transcript's prefix, never by equality, and the cache holds the
     message objects it remembers, so an id cannot be recycled under it. A transcript that was
     appended to costs the encoding of its new messages (plus two copies of the bytes); anything
@@ -373,9 +374,9 @@ class _MessageCache:
 
         self._lock = threading.Lock()
         # session id -> (messages, "[" + encoded messages joined by ",",
-        #                [(index, encoded tool-call arguments)] to re-check on reuse)
+        #                [(index, copy of its tool calls' arguments)] to re-check on reuse)
         self._entries: dict[str, tuple[tuple[Message, ...], bytearray,
-                                       list[tuple[int, bytes]]]] = {}
+                                       list[tuple[int, list[Any]]]]] = {}
         self._bytes = 0
 
     def clear(self) -> None:
@@ -391,13 +392,13 @@ class _MessageCache:
                 self._bytes -= len(entry[1])
 
     @staticmethod
-    def _arguments(m: Message) -> bytes:
-        import orjson
-
-        return orjson.dumps([c.arguments for c in m.tool_calls])
+    def _arguments(m: Message) -> list[Any]:
+        return [c.arguments for c in m.tool_calls]
 
     def encode(self, sid: str, msgs: tuple[Message, ...]) -> bytes:
         """``orjson.dumps([unstructured message, ...])`` of ``msgs``, reusing what it can."""
+        import copy
+
         import orjson
 
         with self._lock:  # taken out while in use: two threads never share an entry
@@ -409,7 +410,7 @@ class _MessageCache:
             old, buf, checks = entry
             k = len(old)
             if (k <= len(msgs) and all(map(operator.is_, old, msgs[:k]))
-                    and all(self._arguments(msgs[i]) == a for i, a in checks)):
+                    and all([c.arguments for c in msgs[i].tool_calls] == a for i, a in checks)):
                 start = k
         if start == 0:
             buf, checks = bytearray(b"["), []
@@ -420,7 +421,7 @@ class _MessageCache:
                 buf += b","
             buf += orjson.dumps(unstructure(m))
             if m.tool_calls:
-                checks.append((i, self._arguments(m)))
+                checks.append((i, copy.deepcopy(self._arguments(m))))
         buf += b"]"
         out = bytes(buf)
         del buf[-1]
