@@ -41,7 +41,7 @@ def test_cli_examples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     for line in COMMANDS:
         if line.startswith(SKIP):
             continue
-        argv = shlex.split(line)[1:]
+        argv = shlex.split(line, comments=True)[1:]
         assert "|" not in argv, line
         code = main(argv)
         assert code in (0, 1), f"{line!r} exited {code}"
