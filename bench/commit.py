@@ -13,6 +13,8 @@ Contenders, interleaved round by round, all on the same filesystem:
                    directory (no encoding, no lock, no check)
   sqlite           SQLite (stdlib ``sqlite3``), WAL, ``synchronous=FULL``, the same bytes as one
                    blob row (UPDATE in its own transaction)
+  part_*           two parts of fsdurable's checkpoint on their own, for the breakdown: taking
+                   and releasing the session's commit lock, and encoding (warm encoder)
 The peers get the bytes ready-made (their serialization is not counted): a ring of 16 encodings
 of successive checkpoints of the same session (version and timestamps advance, as they do in
 fsdurable's checkpoints). SQLite rewrites only the pages that changed when a blob keeps its
@@ -149,9 +151,16 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
                 _codec._message_cache.discard(sid + "-cold")
 
         peer = SqlitePeer(os.path.join(work, f"sqlite-{size}.db"), ring)
+        def lock_only(sid: str = sid) -> None:
+            with store._commit_lock(sid):
+                pass
+
         calls = {"fsdurable": lambda b=box: checkpoint(b),
                  "fsdurable_cold": lambda b=cold: checkpoint(b),
-                 "floor": Floor(floor_dir, ring), "sqlite": peer}
+                 "floor": Floor(floor_dir, ring), "sqlite": peer,
+                 # parts of a checkpoint, for the breakdown (no disk write)
+                 "part_commit_lock": lock_only,
+                 "part_encode": lambda b=box: _codec.encode_session(b["s"])}
         res = measure(calls, min_reps=min(10, p["reps"][size]), max_reps=p["reps"][size],
                       budget=p["budget"], setup=setup)
         peer.db.close()

@@ -30,7 +30,8 @@ def load(results: str) -> dict[str, Any]:
 
 def t3(r: dict[str, Any]) -> str:
     """median / p90 / p99 of one result."""
-    return f"{fmt_time(r['median'])} / {fmt_time(r['p90'])} / {fmt_time(r['p99'])}"
+    few = f" (n={r['n']})" if r["n"] < 20 else ""  # p90/p99 of a handful of samples: a hint
+    return f"{fmt_time(r['median'])} / {fmt_time(r['p90'])} / {fmt_time(r['p99'])}{few}"
 
 
 def x(v: float) -> str:
@@ -159,8 +160,20 @@ def commit(d: dict[str, Any]) -> str:
         rows.append([size(r["size"]), f"{r['bytes']:,} / {r['messages']}",
                      *[t3(res[k]) for k in names], x(ra["fsdurable_vs_floor"]),
                      x(ra["fsdurable_cold_vs_floor"]), x(ra["sqlite_vs_floor"])])
-    return table(["session", "bytes / messages", *names, "fsdurable / floor", "cold / floor",
-                  "sqlite / floor"], rows)
+    out = table(["session", "bytes / messages", *names, "fsdurable / floor", "cold / floor",
+                 "sqlite / floor"], rows)
+    parts = [r for r in d["rows"] if "part_encode" in r["results"]]
+    if parts:
+        out += ("\n\nWhere fsdurable's time over the floor goes (medians, same run): the commit "
+                "lock taken and released, the session encoded (warm encoder); the rest is the "
+                "version check, the temp file's random name and the bookkeeping.\n\n" +
+                table(["session", "fsdurable - floor", "commit lock", "encode"],
+                      [[size(r["size"]),
+                        fmt_time(r["results"]["fsdurable"]["median"]
+                                 - r["results"]["floor"]["median"]),
+                        fmt_time(r["results"]["part_commit_lock"]["median"]),
+                        fmt_time(r["results"]["part_encode"]["median"])] for r in parts]))
+    return out
 
 
 def growth(d: dict[str, Any]) -> str:
@@ -199,12 +212,16 @@ def growth(d: dict[str, Any]) -> str:
 def memory(d: dict[str, Any]) -> str:
     rows = []
     for r in d["rows"]:
-        rows.append([f"{r['n']:,}"] + [f"{r[k]['rss_peak_kb'] / 1024:.1f} MB / "
-                                       f"{r[k]['traced_peak_bytes'] / 1024:,.0f} KB"
-                                       for k in ("fsdurable", "floor", "full_scan")])
+        rows.append([f"{r['n']:,}"] + [
+            f"{r[k]['rss_peak_kb'] / 1024:.1f} MB / " + (
+                f"{r[k]['traced_peak_bytes'] / 1024:,.0f} KB"
+                if r[k]["traced_peak_bytes"] is not None else "not traced")
+            for k in ("fsdurable", "floor", "full_scan")])
     return table(["N", "fsdurable", "floor", "full scan"], rows) + (
         "\n\nEach cell: peak RSS of the whole process / peak Python allocations during the "
-        "discovery call (tracemalloc), median of 3 fresh processes, 10 interrupted turns.")
+        "discovery call (tracemalloc, a second call), median of 3 fresh processes (the full "
+        "scan at the largest N: one process, not traced: it takes seconds), 10 interrupted "
+        "turns. The first call's peak RSS is taken before tracing starts.")
 
 
 # ---------------------------------------------------------------------------- plots
@@ -364,13 +381,24 @@ def notes(data: dict[str, Any]) -> str:
     cm = data.get("commit")
     if cm:
         for key, t in cm["targets"].items():
-            if not t["met"]:
-                out.append(
-                    f"- **{key}** is {x(t['value'])}. A checkpoint also takes the session's "
-                    "commit lock (a `flock` on a sidecar file: open, lock, unlock, close), checks "
-                    "the version on disk (an `lstat`), encodes the session and creates its temp "
-                    "file with a random name (`mkstemp`); with an fsync this fast, those fixed "
-                    "costs weigh more than they would on a laptop SSD.")
+            if t["met"]:
+                continue
+            kb = int(key.rsplit("_", 1)[1][:-2])
+            r = next(r for r in cm["rows"] if r["size"] == kb << 10)
+            res = r["results"]
+            extra = fmt_time(res["fsdurable"]["median"] - res["floor"]["median"])
+            parts = ""
+            if "part_encode" in res:
+                parts = (f" (commit lock {fmt_time(res['part_commit_lock']['median'])}, encode "
+                         f"{fmt_time(res['part_encode']['median'])})")
+            out.append(
+                f"- **{key}** is {x(t['value'])}: fsdurable spends {extra} more than the floor's "
+                f"{fmt_time(res['floor']['median'])}. Besides the same write, fsync, rename and "
+                "directory fsync, a checkpoint takes the session's commit lock (a `flock` on a "
+                "sidecar file: open, lock, unlock, close), checks the version on disk (an "
+                f"`lstat`), encodes the session{parts} and creates its temp file with a random "
+                "name (`mkstemp`). The smaller the fsync latency of the machine, the more these "
+                "fixed costs weigh.")
     me = data.get("memory")
     if me:
         for key, t in me["targets"].items():
