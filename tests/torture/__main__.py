@@ -73,7 +73,8 @@ def _kills(args: argparse.Namespace, rows: list[tuple[str, Any]], bad: list[str]
     shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
     with tempfile.TemporaryDirectory(dir=shm, prefix="fsd-kill-") as base:
         res = kills.run(base, kills=n, workers=args.workers, seed=args.seed,
-                        progress=n >= 1000)
+                        progress=n >= 1000,
+                        max_seconds=args.minutes * 60 if args.minutes else None)
     bad += res["violations"]
     st = res["stats"]
     rows += [("kills (SIGKILL of a worker mid-loop, restarted)", res["kills"]),
@@ -92,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                    "(default 200; 50 with --quick)")
     p.add_argument("--workers", type=int, default=3)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--minutes", type=float, default=None,
+                   help="stop the kill torture after this long (the table says how many kills)")
     p.add_argument("--quick", action="store_true", help="smaller runs (a smoke test)")
     p.add_argument("--exhaustive", action="store_true",
                    help="explorer: more torn-write cuts, every subset of up to 6 pending "

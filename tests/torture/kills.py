@@ -285,9 +285,12 @@ def _terminate(signum: int, frame: Any) -> None:
 
 
 def run(base: str, *, kills: int = 200, workers: int = 3, seed: int = 1,
-        max_delay: float = 0.12, progress: bool = False) -> dict[str, Any]:
+        max_delay: float = 0.12, progress: bool = False,
+        max_seconds: float | None = None) -> dict[str, Any]:
     """Fork ``workers`` children, SIGKILL one at random ``kills`` times (restarting it), check
-    after every kill and at the end. Returns the figures and the violations."""
+    after every kill and at the end. Returns the figures and the violations. ``max_seconds``
+    ends the killing early (the final checks still run; ``kills`` in the result is the count
+    actually done)."""
     # everything a worker needs is imported here, once: a forked child starts at once, and an
     # edit of the source tree during a long run cannot half-break a child's import
     import fsdurable._codec as codec
@@ -330,6 +333,8 @@ def run(base: str, *, kills: int = 200, workers: int = 3, seed: int = 1,
         for wid in range(workers):
             spawn(wid)
         while done < kills:
+            if max_seconds is not None and time.monotonic() - t0 > max_seconds:
+                break
             time.sleep(rnd.uniform(0.0, max_delay))
             wid = rnd.randrange(workers)
             os.kill(pids[wid], signal.SIGKILL)
