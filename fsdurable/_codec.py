@@ -341,12 +341,19 @@ def encode_session(s: Session) -> bytes:
 
     try:
         d: dict[str, Any] = {"format": SESSION_FORMAT}
-        if s.messages:
-            d.update(_conv().unstructure(attrs.evolve(s, messages=())))
-            d["messages"] = orjson.Fragment(_message_cache.encode(s.id, s.messages))
-        else:
+        if not s.messages:
             d.update(_conv().unstructure(s))
-        return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
+            return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
+        # the fields before and after the transcript, encoded on their own and spliced around
+        # it: {"format":...,"turn":...,"messages":[...],"summary":...,"metadata":...}\n
+        d.update(_conv().unstructure(attrs.evolve(s, messages=())))
+        keys = list(d)
+        at = keys.index("messages")
+        head = orjson.dumps({k: d[k] for k in keys[:at]})
+        tail = orjson.dumps({k: d[k] for k in keys[at + 1:]})
+        opening = head[:-1] + b',"messages":'
+        closing = b"]" + (b"," + tail[1:] if len(tail) > 2 else b"}") + b"\n"
+        return _message_cache.encode(s.id, s.messages, opening, closing)
     except TypeError as e:
         raise InvalidState(f"session {s.id} is not JSON-serialisable: {e}", session_id=s.id,
                            reason="not_json") from e
@@ -395,8 +402,11 @@ class _MessageCache:
     def _arguments(m: Message) -> list[Any]:
         return [c.arguments for c in m.tool_calls]
 
-    def encode(self, sid: str, msgs: tuple[Message, ...]) -> bytes:
-        """``orjson.dumps([unstructured message, ...])`` of ``msgs``, reusing what it can."""
+    def encode(self, sid: str, msgs: tuple[Message, ...], opening: bytes = b"",
+               closing: bytes = b"]") -> bytes:
+        """``opening + orjson.dumps([unstructured message, ...])[:-1] + closing``, reusing the
+        encodings it has of ``msgs`` (one copy of the bytes, made while no other thread can
+        touch the cached buffer)."""
         import copy
 
         import orjson
@@ -422,9 +432,7 @@ class _MessageCache:
             buf += orjson.dumps(unstructure(m))
             if m.tool_calls:
                 checks.append((i, copy.deepcopy(self._arguments(m))))
-        buf += b"]"
-        out = bytes(buf)
-        del buf[-1]
+        out = b"".join((opening, buf, closing))
         with self._lock:
             if len(buf) <= self.MAX_BYTES:
                 self._entries[sid] = (msgs, buf, checks)
