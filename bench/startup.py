@@ -8,8 +8,9 @@ Writes ``startup.json``. Three figures:
    modules it does load and the in-process time of import + open + discover are recorded.
 2. cold start: fresh processes, interleaved, on the largest data set with 10 interrupted turns:
    ``python -c pass`` (the interpreter alone, for scale), the floor script (one ``os.scandir`` of
-   ``markers/``, each marker read with ``json``, ids printed), the same through fsdurable, and the
-   CLI ``fsdurable --root R interrupted --json``.
+   ``markers/``, each marker read with ``json``, ids printed), the same through fsdurable, the
+   CLI ``fsdurable --root R interrupted --json``, and SQLite (``sqlite3`` connect + the indexed
+   SELECT on the same sessions, ids printed).
 3. growth: ``store.interrupted()`` with 10 interrupted turns over 1,000 ... 100,000 sessions,
    interleaved in one process (issue 2: the cost must not grow with the number of sessions).
 """
@@ -37,6 +38,14 @@ for e in os.scandir(d):
     with open(e.path, "rb") as f:
         out.append(json.loads(f.read()))
 sys.stdout.write(json.dumps(sorted(m["session_id"] for m in out)) + "\\n")
+"""
+
+SQLITE_SCRIPT = """\
+import json, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+rows = db.execute("SELECT id, turn_id, node_id, checkpoint_at, resume_attempts FROM sessions"
+                  " WHERE in_progress = 1").fetchall()
+sys.stdout.write(json.dumps(sorted(r[0] for r in rows)) + "\\n")
 """
 
 FSDURABLE_SCRIPT = """\
@@ -72,6 +81,10 @@ def child_env(state_dir: str) -> dict[str, str]:
     env["FSDURABLE_NODE"] = "bench-node"
     env.pop("FSDURABLE_ROOT", None)
     env.pop("PYTHONPROFILEIMPORTTIME", None)
+    # Bytecode as in any installed package: with PYTHONDONTWRITEBYTECODE set (some sandboxes and
+    # CI images do), fsdurable's modules would be compiled from source at every start while the
+    # stdlib the floor uses loads from its .pyc files. The warm-up run writes the .pyc files.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 
@@ -101,12 +114,13 @@ def probe_imports(root: str, env: dict[str, str], reps: int) -> dict[str, Any]:
     }
 
 
-def cold_start(root: str, env: dict[str, str], reps: int) -> dict[str, Any]:
+def cold_start(root: str, sqlite_db: str, env: dict[str, str], reps: int) -> dict[str, Any]:
     cmds = {
         "python_alone": [sys.executable, "-c", "pass"],
         "floor": [sys.executable, "-c", FLOOR_SCRIPT, root],
         "fsdurable": [sys.executable, "-c", FSDURABLE_SCRIPT, root],
         "cli": [*cli_command(), "--root", root, "interrupted", "--json"],
+        "sqlite": [sys.executable, "-c", SQLITE_SCRIPT, sqlite_db],
     }
     outputs: dict[str, str] = {}
     for name, cmd in cmds.items():  # warm up, and check they agree where they should
@@ -114,8 +128,9 @@ def cold_start(root: str, env: dict[str, str], reps: int) -> dict[str, Any]:
         outputs[name] = p.stdout
         if p.returncode not in (0, 1):  # the CLI exits 1 when it found interrupted turns
             raise RuntimeError(f"{name} failed ({p.returncode}): {p.stderr[-2000:]}")
-    if json.loads(outputs["floor"]) != json.loads(outputs["fsdurable"]):
-        raise AssertionError("floor and fsdurable scripts disagree")
+    if not json.loads(outputs["floor"]) == json.loads(outputs["fsdurable"]) == \
+            json.loads(outputs["sqlite"]):
+        raise AssertionError("the floor, fsdurable and sqlite scripts disagree")
     samples: dict[str, list[float]] = {k: [] for k in cmds}
     for _ in range(reps):
         for name, cmd in cmds.items():
@@ -128,9 +143,10 @@ def cold_start(root: str, env: dict[str, str], reps: int) -> dict[str, Any]:
         "root": root, "command": {k: " ".join(v) for k, v in cmds.items() if k != "floor"},
         "results": res,
         "ratios": {"fsdurable_vs_floor": ratio(res["fsdurable"], res["floor"]),
-                   "cli_vs_floor": ratio(res["cli"], res["floor"])},
+                   "cli_vs_floor": ratio(res["cli"], res["floor"]),
+                   "sqlite_vs_floor": ratio(res["sqlite"], res["floor"])},
         "over_interpreter_ms": {k: (res[k]["median"] - res["python_alone"]["median"]) * 1e3
-                                for k in ("floor", "fsdurable", "cli")},
+                                for k in ("floor", "fsdurable", "cli", "sqlite")},
     }
 
 
@@ -148,7 +164,7 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
     imports = probe_imports(big.root, cenv, 5 if quick else 20)
     log(f"  heavy modules loaded: {imports['loaded_heavy_modules']}")
     log("startup: cold start ...")
-    cold = cold_start(big.root, cenv, 5 if quick else 40)
+    cold = cold_start(big.root, big.sqlite, cenv, 5 if quick else 40)
     log("  cold start: " + ", ".join(f"{k} {v['median'] * 1e3:.1f}ms"
                                       for k, v in cold["results"].items()))
     log("startup: interrupted() growth with N ...")
