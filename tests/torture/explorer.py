@@ -68,7 +68,7 @@ class Recording:
     snap: Snapshot
 
 
-CommitImpl = Callable[[Store, Session, int], Session]
+CommitImpl = Callable[..., Session]  # (store, new, base, *, at_least=0) -> committed session
 
 
 class RecordingStore(Store):
@@ -77,9 +77,10 @@ class RecordingStore(Store):
     commit_impl: CommitImpl | None = None
     rec_log: Any = None
 
-    def _commit_locked(self, new: Session, base: int) -> Session:
+    def _commit_locked(self, new: Session, base: int, **kw: Any) -> Session:
         impl = type(self).commit_impl
-        s = impl(self, new, base) if impl is not None else super()._commit_locked(new, base)
+        s = (impl(self, new, base, **kw) if impl is not None
+             else super()._commit_locked(new, base, **kw))
         rec: Recording = type(self).rec_log
         rec.results[(s.id, s.version)] = encode_session(s)
         rec.acks.append(Ack(len(rec.ops), s.id, s))
@@ -125,11 +126,11 @@ def _commit_in_order(order: tuple[str, ...]) -> CommitImpl:
     """A copy of the commit function with its three steps in ``order``."""
     steps = {"marker": _write_marker, "session": _write_session, "unmark": _unmark}
 
-    def commit(store: Store, new: Session, base: int) -> Session:
+    def commit(store: Store, new: Session, base: int, *, at_least: int = 0) -> Session:
         disk = store._disk_version(new.id)
         if disk != base:
             raise ConflictError("version mismatch", session_id=new.id, reason="version_mismatch")
-        s = attrs.evolve(new, version=base + 1, updated_at=store.clock())
+        s = attrs.evolve(new, version=max(base + 1, at_least), updated_at=store.clock())
         for name in order:
             steps[name](store, s)
         return s
