@@ -125,6 +125,7 @@ SLOW = ("full_scan", "langgraph")
 def run_matrix(datasets: list[Dataset], ms: list[int], p: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for ds in datasets:
+        log(f"  n={ds.n}: page cache warmed in {ds.warm_page_cache():.1f}s")
         for m in ms:
             ds.configure(m)
             found, close = contenders(ds)
