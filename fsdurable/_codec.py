@@ -203,9 +203,40 @@ def encode_marker(m: Marker) -> bytes:
 
 
 def parse_marker(data: bytes, *, path: str | None = None) -> Marker:
-    d, _ = upgrade(loads_strict(data, path=path), "marker", path=path)
+    d = loads_strict(data, path=path)
+    if d.get("format") != MARKER_FORMAT:
+        d, _ = upgrade(d, "marker", path=path)
+    m = _marker_fast(d)
+    if m is None:
+        m = _marker_checked(d, path)
+    if m.resume_attempts < 0 or m.session_version < 0:
+        raise UnreadableState("negative counter in marker", path=path, reason="wrong_value")
+    return m
+
+
+def _marker_fast(d: dict[str, Any]) -> Marker | None:
+    """The marker if every field has exactly its type (what fsdurable writes), else None: the
+    startup path reads every marker, so the common case skips the field-by-field checks below
+    (which accept the same values, and explain a refusal)."""
+    g = d.get
+    sid, tid, node, route, source = (g("session_id"), g("turn_id"), g("node_id"),
+                                      g("route_key"), g("source"))
+    version, attempts = g("session_version"), g("resume_attempts")
+    started, checkpoint = g("started_at"), g("checkpoint_at")
+    if (sid.__class__ is str and tid.__class__ is str and node.__class__ is str
+            and route.__class__ is str and source.__class__ is str
+            and version.__class__ is int and attempts.__class__ is int
+            and started.__class__ is float and checkpoint.__class__ is float
+            and math.isfinite(started) and math.isfinite(checkpoint)):
+        return Marker(session_id=sid, turn_id=tid, session_version=version, node_id=node,
+                      route_key=route, source=source, started_at=started,
+                      checkpoint_at=checkpoint, resume_attempts=attempts)
+    return None
+
+
+def _marker_checked(d: dict[str, Any], path: str | None) -> Marker:
     f = _field
-    m = Marker(
+    return Marker(
         session_id=f(d, "session_id", str, path),
         turn_id=f(d, "turn_id", str, path),
         session_version=f(d, "session_version", int, path),
@@ -216,9 +247,6 @@ def parse_marker(data: bytes, *, path: str | None = None) -> Marker:
         checkpoint_at=f(d, "checkpoint_at", _NUM, path),
         resume_attempts=f(d, "resume_attempts", int, path),
     )
-    if m.resume_attempts < 0 or m.session_version < 0:
-        raise UnreadableState("negative counter in marker", path=path, reason="wrong_value")
-    return m
 
 
 # ---------------------------------------------------------------- event
