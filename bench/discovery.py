@@ -178,6 +178,35 @@ def run_growth(datasets: list[Dataset], m: int, reps: int) -> dict[str, Any]:
             "n_smallest": lo, "n_largest": hi}
 
 
+def breakdown(ds: Dataset, reps: int) -> dict[str, Any]:
+    """Where ``interrupted()``'s time over the floor goes: the same M files read and parsed by
+    fsdurable's own functions and by the floor's, interleaved (per-call medians for all M)."""
+    import fsdurable
+    from fsdurable import _codec, _fsio
+
+    store = fsdurable.Store(ds.root, node_id=NODE)
+    paths = [e.path for e in os.scandir(ds.markers)]
+    datas = [_fsio.read_bounded(p, 1 << 20)[0] for p in paths]
+
+    def plain_read() -> None:
+        for p in paths:
+            with open(p, "rb") as f:
+                f.read()
+
+    calls: dict[str, Callable[[], Any]] = {
+        "interrupted": store.interrupted,
+        "floor": lambda: floor(ds.markers),
+        "read_bounded": lambda: [_fsio.read_bounded(p, 1 << 20) for p in paths],
+        "open_read": plain_read,
+        "parse_marker": lambda: [_codec.parse_marker(d) for d in datas],
+        "json_loads": lambda: [json.loads(d) for d in datas],
+        "listing": lambda: _fsio.list_names(ds.markers),
+        "scandir": lambda: [e.name for e in os.scandir(ds.markers)],
+    }
+    res = measure(calls, min_reps=reps, max_reps=reps, budget=1e9)
+    return {"n": ds.n, "m": len(paths), "results": res}
+
+
 def datasets_for(ns: list[int], quick: bool) -> list[Dataset]:
     out = []
     for n in ns:
@@ -192,6 +221,7 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
     env = environment(datasets[0].path)
     rows = run_matrix(datasets, p["ms"], p)
     growth = run_growth(datasets, 10, p["fast_reps"])
+    parts = breakdown(datasets[-1], p["fast_reps"])
     big = max(p["ns"])
     at = next(r for r in rows if r["n"] == big and r["m"] == 10)
     targets = {
@@ -208,7 +238,7 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
         targets["speedup_vs_full_scan_at_largest_n"]["value"] >= 1000
     targets["vs_floor_at_largest_n"]["met"] = targets["vs_floor_at_largest_n"]["value"] <= 1.5
     body = {"params": {k: v for k, v in p.items()}, "langgraph": langgraph_available(),
-            "rows": rows, "growth": growth, "targets": targets}
+            "rows": rows, "growth": growth, "breakdown": parts, "targets": targets}
     path = write_result(out_dir, "discovery", env, body, quick=quick)
     log(f"wrote {path}")
     return body

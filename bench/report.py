@@ -372,14 +372,28 @@ def notes(data: dict[str, Any]) -> str:
             "path without attrs classes, a design decision, not a tuning one.")
     di = data.get("discovery")
     if di and not di["targets"]["vs_floor_at_largest_n"]["met"]:
-        out.append(
+        text = (
             f"- **Discovery vs the floor** is {x(di['targets']['vs_floor_at_largest_n']['value'])}."
             " The floor parses each marker with bare `json.loads`; `interrupted()` reads it "
-            "without following symlinks and with a size bound, parses it strictly (no duplicate "
-            "keys, no NaN, exact types per field, format tag and migrations), builds a `Marker`, "
-            "and wraps each disk call in the typed-`StorageError` translation of `_fsio` (a "
-            "generator-based context manager, three per file). Those guarantees are the cost; "
-            "nothing in it grows with N.")
+            "without following symlinks, without blocking on a FIFO and with a size bound, wraps "
+            "each disk call in `_fsio`'s typed-`StorageError` translation (a generator-based "
+            "context manager, three per file), parses it strictly (no duplicate keys, no NaN, "
+            "exact types per field, format tag and migrations) and builds a frozen `Marker`. "
+            "Those guarantees are the cost; nothing in it grows with N.")
+        b = di.get("breakdown")
+        if b:
+            r = b["results"]
+            m = b["m"]
+
+            def per(k: str) -> str:
+                return fmt_time(r[k]["median"] / m)
+
+            text += (
+                f" Per marker, in the same run ({m} markers, N = {b['n']:,}): reading "
+                f"{per('read_bounded')} (`open().read()`: {per('open_read')}), parsing "
+                f"{per('parse_marker')} (`json.loads`: {per('json_loads')}); the whole call "
+                f"{per('interrupted')} against the floor's {per('floor')}.")
+        out.append(text)
     if di and not di["targets"]["growth_largest_vs_smallest_n"]["met"]:
         out.append(
             f"- **Discovery growth with N** is "
