@@ -463,6 +463,9 @@ class _MessageCache:
         out = b"".join((opening, buf, closing))
         with self._lock:
             if len(buf) <= self.MAX_BYTES:
+                raced = self._entries.pop(sid, None)  # another thread encoded it meanwhile
+                if raced is not None:
+                    self._bytes -= len(raced[1])
                 self._entries[sid] = (msgs, buf, checks)
                 self._bytes += len(buf)
             while self._entries and (len(self._entries) > self.MAX_SESSIONS

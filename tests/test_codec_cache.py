@@ -79,3 +79,34 @@ def test_cache_is_bounded() -> None:
     assert cache._bytes == sum(len(e[1]) for e in cache._entries.values())
     _codec._message_cache.clear()
     assert cache._bytes == 0 and not cache._entries
+
+
+def test_threads_encoding_one_session_keep_the_accounting_exact() -> None:
+    """Two threads encoding one session race between taking its entry and putting theirs back;
+    the loser's entry must not stay counted. A tiny switch interval makes the race likely."""
+    import sys
+    import threading
+
+    cache = _codec._message_cache
+    base = tuple(Message("user", f"m{i}" * 50) for i in range(50))
+
+    def work(k: int) -> None:
+        msgs = base
+        for j in range(30):
+            msgs = (*msgs, Message("assistant", f"{k}-{j}"))
+            _codec.encode_session(Session(id="shared", version=j + 1, messages=msgs))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(8):
+            cache.clear()
+            threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert cache._bytes == sum(len(e[1]) for e in cache._entries.values())
+    finally:
+        sys.setswitchinterval(interval)
+        cache.clear()
