@@ -133,11 +133,20 @@ def environment(data_dir: str) -> dict[str, Any]:
         load = list(os.getloadavg())
     except OSError:
         load = []
-    try:
-        commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
+    # FSDURABLE_BENCH_COMMIT: the commit a clean export (``git archive``) was made from
+    commit = os.environ.get("FSDURABLE_BENCH_COMMIT", "")
+    source = f"clean export of {commit}" if commit else "working tree"
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+                                    capture_output=True, text=True, timeout=10).stdout.strip()
+            dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "fsdurable"],
+                                   capture_output=True, text=True, timeout=10).stdout.split("\n")
+            changed = sorted(line[3:] for line in dirty if line.strip())
+            if changed:
+                source = "working tree with uncommitted changes in " + ", ".join(changed)
+        except (OSError, subprocess.SubprocessError):
+            pass
     return {
         "python": sys.version.split()[0],
         "implementation": platform.python_implementation(),
@@ -149,6 +158,7 @@ def environment(data_dir: str) -> dict[str, Any]:
         "fsync_latency": fsync_latency(data_dir),
         "loadavg_at_start": load,
         "git_commit": commit,
+        "source": source,
         "utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 

@@ -75,7 +75,7 @@ def machine(data: dict[str, Any]) -> str:
             ["fsync latency", f"median {fmt_time(fs['median'])}, p90 {fmt_time(fs['p90'])}, "
                               f"p99 {fmt_time(fs['p99'])} (one small write + fsync)"],
             ["run", ", ".join(f"{k} {v['environment']['utc']}" for k, v in data.items())],
-            ["commit", env.get("git_commit", "")],
+            ["commit", f"{env.get('git_commit', '')} ({env.get('source', 'working tree')})"],
             ["load average at start", ", ".join(f"{k} {v['environment']['loadavg_at_start'][0]:.1f}"
                                                 for k, v in data.items()
                                                 if v["environment"]["loadavg_at_start"])]]
@@ -321,6 +321,15 @@ python -m bench                       # full run (minutes; builds 100k-session d
 python -m bench --quick               # smoke run, under a minute (results in bench/results/tmp/)
 python -m bench.discovery             # one part: startup, discovery, commit, growth, memory
 python -m bench.report                # README tables and PNGs from bench/results/*.json
+```
+
+The committed figures come from a clean export of the commit named under Machine, so that
+uncommitted edits in a shared checkout cannot leak into them:
+
+```
+rm -rf /tmp/fsdurable-src && mkdir /tmp/fsdurable-src && git archive HEAD | tar -x -C /tmp/fsdurable-src
+cd /tmp/fsdurable-src && FSDURABLE_BENCH_COMMIT=$(git -C "$OLDPWD" rev-parse --short HEAD) \
+    PYTHONPATH=$PWD python -m bench     # then copy bench/results/ and bench/README.md back
 ```
 
 ## Machine
