@@ -327,8 +327,8 @@ The committed figures come from a clean export of the commit named under Machine
 uncommitted edits in a shared checkout cannot leak into them:
 
 ```
-rm -rf /tmp/fsdurable-src && mkdir /tmp/fsdurable-src && git archive HEAD | tar -x -C /tmp/fsdurable-src
-cd /tmp/fsdurable-src && FSDURABLE_BENCH_COMMIT=$(git -C "$OLDPWD" rev-parse --short HEAD) \
+SRC=/tmp/fsdurable-src; rm -rf $SRC && mkdir $SRC && git archive HEAD | tar -x -C $SRC
+cd $SRC && FSDURABLE_BENCH_COMMIT=$(git -C "$OLDPWD" rev-parse --short HEAD) \
     PYTHONPATH=$PWD python -m bench     # then copy bench/results/ and bench/README.md back
 ```
 
