@@ -145,14 +145,13 @@ def startup(d: dict[str, Any]) -> str:
     return (
         f"Fresh processes on the N = {d['n']:,} store with {d['m']} interrupted turns, "
         "interleaved:\n\n" + table(["process", "median / p90 / p99", "runs"], rows) +
-        f"\n\nOver the bare interpreter: floor {over['floor']:.1f} ms, fsdurable "
-        f"{over['fsdurable']:.1f} ms, CLI {over['cli']:.1f} ms"
-        + (f", SQLite {over['sqlite']:.1f} ms" if "sqlite" in over else "") +
-        f". fsdurable / floor {x(c['ratios']['fsdurable_vs_floor'])}; CLI / floor "
-        f"{x(c['ratios']['cli_vs_floor'])}"
-        + (f"; SQLite / floor {x(c['ratios']['sqlite_vs_floor'])}" if "sqlite" in over else "")
+        "\n\nOver the bare interpreter: "
+        + ", ".join(f"{k} {v:.1f} ms" for k, v in over.items()) + ". Against the floor: "
+        + ", ".join(f"{k.replace('_vs_floor', '')} {x(v)}" for k, v in c["ratios"].items())
         + ". The bare interpreter's own start (`python -c pass`, with this environment's "
-        "site-packages) is in every process.\n\n"
+        "site-packages) is in every process."
+        + "".join(f" Not measured: {k} ({v})." for k, v in c.get("skipped", {}).items())
+        + "\n\n"
         "Inside the fsdurable process (medians): `import attrs` "
         f"{fmt_time(ip['attrs_import']['median'])} (measured first, on its own), then "
         f"`import fsdurable` {fmt_time(ip['import']['median'])}, `Store(root)` (loads the store "
