@@ -11,7 +11,8 @@ Contenders, timed side by side on the same data set, warm page cache, each alrea
   sqlite      SQLite (stdlib ``sqlite3``, WAL), indexed ``in_progress`` column, one SELECT
   langgraph   LangGraph's ``SqliteSaver`` (if installed): every thread's checkpoint listed, the
               threads with pending writes kept (it has no index of pending work)
-Every contender must return the same set of session ids before it is timed.
+Every contender must return the same set of session ids, or the run fails (the fast ones are
+checked before they are timed, the slow scans from their first timed answer).
 """
 
 from __future__ import annotations

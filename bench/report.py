@@ -344,8 +344,8 @@ METHOD = """\
   (d) LangGraph's `SqliteSaver` listing every thread's checkpoint and keeping those with pending
   writes (it has no index of pending work). Data sets: N sessions of ~20 KB generated with
   fsdurable's own codec and written with plain file writes; M of them interrupted (session in
-  progress + marker, the same rows in the databases). Warm page cache. Every contender must
-  return the same ids before it is timed.
+  progress + marker, the same rows in the databases). Warm page cache (every file read once
+  before timing). Every contender must return the same ids, or the run fails.
 - **Cold start** (`bench/startup.py`): fresh processes of the same interpreter: `python -c pass`,
   the floor script (scandir + json, prints the ids), `import fsdurable;
   fsdurable.Store(root).interrupted()` (prints the ids) and the CLI `fsdurable --root R
