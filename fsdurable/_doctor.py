@@ -162,8 +162,8 @@ class _Scan:
             return None
         except UnreadableState as e:
             self.add("unreadable_marker", path, f"{e.message} ({e.reason})", session_id=sid,
-                     repair="move to quarantine",
-                     fix=self.quarantine_fix(path, "marker", e.reason or "unreadable", sid))
+                     repair="move to quarantine; rebuild it if its session is in progress",
+                     fix=self.marker_fix(sid))
             return None
         return m
 
@@ -204,6 +204,16 @@ class _Scan:
             self.add("quarantined", os.path.join(lay.quarantine, name),
                      "kept aside, never deleted: inspect, then remove it by hand", severity=INFO)
         return self.findings
+
+    def marker_fix(self, sid: str) -> Any:
+        def fix() -> None:
+            self.store.read_marker(sid)  # quarantines it, then rebuilds or abandons the turn
+            try:
+                self.store._marker_raw(sid)
+            except UnreadableState as e:
+                raise OSError(f"marker of {sid} is still unreadable") from e
+
+        return fix
 
     def repair_fix(self, sid: str) -> Any:
         def fix() -> None:

@@ -182,10 +182,16 @@ def read_bounded(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
     try:
         with storage_errors(path, "read"):  # EACCES, EIO: a typed StorageError
             fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+    except StorageError:
+        raise
+    except FileNotFoundError:
+        raise
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise UnreadableState(f"{path} is a symlink", path=path, reason="symlink") from e
-        raise
+        # a socket (ENXIO), a device, a directory on some systems...: never a file of ours
+        raise UnreadableState(f"{path} cannot be opened as a file: {e.strerror}", path=path,
+                              reason="not_a_file") from e
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -210,6 +216,17 @@ def read_bounded(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
                 f"{path} is over the {max_bytes}-byte limit", path=path, reason="oversized"
             )
         return data, st
+    finally:
+        os.close(fd)
+
+
+def read_prefix(path: str, size: int) -> bytes:
+    """The first ``size`` bytes of a regular file (never through a link, never blocking)."""
+    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnreadableState(f"{path} is not a regular file", path=path, reason="not_a_file")
+        return os.read(fd, size)
     finally:
         os.close(fd)
 
@@ -278,7 +295,9 @@ def append_line(path: str, line: bytes, *, durable: bool = True) -> None:
         existed = os.path.lexists(path)
         fd = os.open(path, flags, FILE_MODE)
         try:
-            os.write(fd, line)
+            view = memoryview(line)
+            while view:  # a short write (signal, full pipe-like fs) must not cut the line
+                view = view[os.write(fd, view):]
             if durable:
                 _rec("fsync", path)
                 _fsync_fd(fd)
@@ -298,9 +317,17 @@ def list_names(path: str) -> list[str]:
 
 
 def chmod(path: str, mode: int) -> None:
-    """Narrow a file's or directory's mode (doctor's permission repair); never through a link."""
+    """Narrow a file's or directory's mode (doctor's permission repair); never through a link:
+    the file is opened with O_NOFOLLOW and changed through its descriptor."""
     with storage_errors(path, "chmod"):
         _rec("chmod", path, mode)
-        if os.path.islink(path):
-            raise UnreadableState(f"{path} is a symlink", path=path, reason="symlink")
-        os.chmod(path, mode)
+        try:
+            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise UnreadableState(f"{path} is a symlink", path=path, reason="symlink") from e
+            raise
+        try:
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)

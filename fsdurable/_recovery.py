@@ -248,8 +248,9 @@ def _claimed(store: Store, loop: Host, marker: Marker, pol: RecoveryPolicy, adop
         return _park(store, s, doubtful, base)
     attempt = s.turn.resume_attempts + 1
     # the attempt is durable BEFORE the model call: a crash inside the call still counts
+    # the claim makes this node the turn's owner (it already is, unless this is an adoption)
     s = store.commit(attrs.evolve(s, turn=attrs.evolve(s.turn, resume_attempts=attempt)),
-                     s.version)
+                     s.version, owner=store.node_id)
     store.emit(ev.RESUMING, session_id=sid, turn_id=tid, attempt=attempt, cap=pol.max_attempts,
                adopted=adopt, rerun_in_doubt=[e.tool_call_id for e in in_doubt(s)])
     base = attrs.evolve(base, attempts=attempt)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +25,7 @@ from ._codec import encode_manifest, encode_marker, parse_manifest, parse_marker
 from ._config import DEFAULT_CONFIG, Config
 from ._errors import (
     ConflictError,
+    FsDurableError,
     InvalidState,
     SessionNotFound,
     StorageError,
@@ -32,11 +35,34 @@ from ._errors import (
 from ._layout import Layout, new_id, own_id, state_dir, validate_session_id
 from ._model import Event, Manifest, Marker, Message, Session, Turn
 
-StatKey = tuple[int, int, int]
+StatKey = tuple[int, int, int, int, int]
+# A file's stat is trusted as "unchanged since we read or wrote it" only once its mtime is older
+# than this: within one timestamp granule (1-2 s on coarse filesystems: ext4 with small inodes,
+# FAT, many network filesystems) a replace by another process can repeat size, mtime and even the
+# freed inode number. Until then the version is re-checked from the file's first bytes (git's
+# "racily clean" rule).
+_RACY_WINDOW = 2.0
+_PREFIX_RE = re.compile(rb'"version":(\d+),.*?"updated_at":([-+0-9.eE]+)', re.S)
 
 
 def _key(st: os.stat_result) -> StatKey:
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _racy(st: os.stat_result) -> bool:
+    return time.time() - st.st_mtime < _RACY_WINDOW
+
+
+class _Seen:
+    """What this process last read or wrote of one session file."""
+
+    __slots__ = ("key", "racy", "updated_at", "version")
+
+    def __init__(self, st: os.stat_result, s: Session) -> None:
+        self.key = _key(st)
+        self.version = s.version
+        self.updated_at = s.updated_at
+        self.racy = _racy(st)
 
 
 def default_root() -> str:
@@ -63,7 +89,7 @@ class Store:
         self._durable = config.fsync
         self._node_id = validate_session_id(node_id) if node_id is not None else None
         self._mu = threading.Lock()
-        self._seen: dict[str, tuple[StatKey, int]] = {}  # session id -> (stat key, version)
+        self._seen: dict[str, _Seen] = {}  # session id -> what we last read or wrote
         self._marks: dict[str, tuple[StatKey, Marker]] = {}  # markers this store read or wrote
         self._held = threading.local()
         self._locks: Any = None
@@ -115,10 +141,11 @@ class Store:
         return self._log
 
     def emit(self, code: str, **kw: Any) -> Event | None:
-        """Record an event; a disk that refuses it never turns a decision into a crash."""
+        """Record an event; a disk that refuses it never turns a decision into a crash (the
+        in-process subscribers still see it)."""
         try:
             return self.log.emit(code, **kw)
-        except (OSError, InvalidState):
+        except (OSError, FsDurableError):
             return None
 
     def events(self, session_id: str | None = None) -> list[Event]:
@@ -208,11 +235,15 @@ class Store:
             return None
         except UnreadableState as e:
             where = self.quarantine(path, kind="session", reason=e.reason or "unreadable",
-                                    session_id=sid, code=ev.SESSION_QUARANTINED)
+                                    session_id=sid, code=ev.SESSION_QUARANTINED,
+                                    expect=locals().get("st"))
             raise UnreadableState(f"{e.message}; moved to {where}", path=where or path,
                                   session_id=sid, reason=e.reason) from e
+        seen = _Seen(st, s)
+        if migrated:  # an old format has no current-format prefix to re-check: trust this read
+            seen.racy = False
         with self._mu:
-            self._seen[sid] = (_key(st), s.version)
+            self._seen[sid] = seen
         if migrated:
             with self._commit_lock(sid):
                 s = self._commit_locked(s, s.version)
@@ -225,28 +256,49 @@ class Store:
             self._marks.pop(sid, None)
 
     def _disk_version(self, sid: str) -> int:
-        """Version on disk (0 if absent), re-reading the file only if its stat changed."""
-        st = _fsio.lstat(self.layout.session(sid))
+        """Version on disk (0 if absent). The file is re-read only if its stat changed, or if
+        the stat is too recent to prove anything (then only its first bytes are read)."""
+        path = self.layout.session(sid)
+        st = _fsio.lstat(path)
         if st is None:
             self._forget(sid)
             return 0
         with self._mu:
             seen = self._seen.get(sid)
-        if seen is not None and seen[0] == _key(st):
-            return seen[1]
+        if seen is not None and seen.key == _key(st) and (
+                not seen.racy or self._prefix_matches(path, seen)):
+            seen.racy = _racy(st)
+            return seen.version
         try:
             s = self._read(sid)
         except UnreadableState:
+            if _fsio.lstat(path) is not None:
+                raise  # it could not be moved aside: never write over it
             return 0  # quarantined: nothing is there any more
         return s.version if s is not None else 0
+
+    def _prefix_matches(self, path: str, seen: _Seen) -> bool:
+        """Do the file's first bytes still carry the version and commit time we cached?"""
+        try:
+            head = _fsio.read_prefix(path, 1024)
+        except (OSError, UnreadableState):
+            return False
+        m = _PREFIX_RE.search(head)
+        if m is None:
+            return False
+        try:
+            return int(m.group(1)) == seen.version and float(m.group(2)) == seen.updated_at
+        except ValueError:
+            return False
 
     def interrupted(self) -> list[Marker]:
         """Every interrupted turn, from ONE listing of ``markers/`` and the markers themselves.
 
-        Never reads ``sessions/``; never raises because of one bad marker (it is quarantined with
-        an ``interrupted_turn_abandoned`` event, reason ``unreadable``; one the disk refuses to
-        read — EACCES, EIO — is left in place with an ``interrupted_turn_skipped`` event).
-        Oldest checkpoint first.
+        Never reads ``sessions/`` (but for a bad marker's own session); never raises because of
+        one bad marker: it is quarantined, then rebuilt if its session is in progress, else
+        reported as an ``interrupted_turn_abandoned`` event, reason ``unreadable`` (see
+        ``read_marker``). One the disk refuses to read (EACCES, EIO) is left in place with an
+        ``interrupted_turn_skipped`` event. Oldest checkpoint first.
         """
         out = []
         for name in _fsio.list_names(self.layout.markers):
@@ -265,26 +317,58 @@ class Store:
         return out
 
     def read_marker(self, sid: str) -> Marker | None:
+        """The marker of ``sid`` (None if there is none).
+
+        An unreadable marker is moved to ``quarantine/`` (a ``file_quarantined`` event); if its
+        session is in progress the marker is then rebuilt from the session (``marker_repaired``),
+        so the turn stays discoverable; otherwise the turn is reported abandoned (``unreadable``).
+        """
+        try:
+            return self._marker_raw(sid)
+        except UnreadableState as e:
+            bad = e
+        try:
+            with self._commit_lock(sid):
+                try:
+                    return self._marker_raw(sid)  # rewritten meanwhile by a commit?
+                except UnreadableState as e:
+                    bad = e
+                self.quarantine(self.layout.marker(sid), kind="marker",
+                                reason=bad.reason or "unreadable", session_id=sid)
+                try:
+                    s: Session | None = self.load(sid)
+                except (SessionNotFound, UnreadableState):
+                    s = None
+                if s is None or not s.in_progress or s.turn is None:
+                    self.emit(ev.ABANDONED, session_id=sid, reason="unreadable",
+                              cause=bad.reason, path=self.layout.marker(sid))
+                    return None
+                self._commit_locked(s, s.version)
+                self.emit(ev.MARKER_REPAIRED, session_id=sid, turn_id=s.turn.id,
+                          reason="unreadable", cause=bad.reason)
+                return self._marker_raw(sid)
+        except (FsDurableError, OSError):
+            return None  # locked for too long, or the disk refused: the next start retries
+
+    def _marker_raw(self, sid: str) -> Marker | None:
+        """Read and parse a marker (cached by stat); UnreadableState if it is bad."""
         path = self.layout.marker(sid)
         try:
             data, st = _fsio.read_bounded(path, min(self.config.max_file_bytes, 1 << 20))
-            m = parse_marker(data, path=path)
-            if m.session_id != sid:
-                raise UnreadableState(f"{path} names session {m.session_id!r}", path=path,
-                                      session_id=sid, reason="wrong_id")
         except FileNotFoundError:
             return None
-        except UnreadableState as e:
-            self.quarantine(path, kind="marker", reason=e.reason or "unreadable",
-                            session_id=sid, code=ev.ABANDONED)
-            return None
+        m = parse_marker(data, path=path)
+        if m.session_id != sid:
+            raise UnreadableState(f"{path} names session {m.session_id!r}", path=path,
+                                  session_id=sid, reason="wrong_id")
         with self._mu:
             self._marks[sid] = (_key(st), m)
         return m
 
     # ------------------------------------------------------------------ the commit function
 
-    def _commit_locked(self, new: Session, base: int, *, at_least: int = 0) -> Session:
+    def _commit_locked(self, new: Session, base: int, *, at_least: int = 0,
+                       owner: str | None = None) -> Session:
         """THE commit: every change to a session file goes through here, under its commit lock.
 
         1. compare-and-swap: the version on disk must be ``base`` (0 = absent) -> ConflictError;
@@ -296,6 +380,9 @@ class Store:
         (a marker without an in-progress session) is repaired by recovery and doctor.
         Returns the session at its new version: ``base + 1``, or ``at_least`` if that is higher
         (resolving a sync conflict keeps versions increasing across every copy that was seen).
+        The marker's node is ``owner`` if given (a claim, an adoption), else the node that owns
+        the turn already, else (a new turn) this node: a commit never moves a turn silently.
+        Raises InvalidState (nothing written) if the file would exceed ``max_file_bytes``.
         """
         from ._codec import encode_session
 
@@ -309,43 +396,61 @@ class Store:
             )
         s = attrs.evolve(new, version=max(base + 1, at_least), updated_at=self.clock())
         data = encode_session(s)
+        if len(data) > self.config.max_file_bytes:  # it could never be read back
+            raise InvalidState(
+                f"session {sid!r} would be {len(data)} bytes, over max_file_bytes "
+                f"({self.config.max_file_bytes}): compact it", session_id=sid,
+                reason="too_large")
         mpath = self.layout.marker(sid)
-        if s.in_progress and self._marker_stale(sid, s):
-            m = Marker.of(s, self.node_id)
-            mst = _fsio.write_atomic(mpath, encode_marker(m), durable=self._durable)
-            with self._mu:
-                self._marks[sid] = (_key(mst), m)
+        if s.in_progress:
+            m = self._marker_due(sid, s, owner)
+            if m is not None:
+                mst = _fsio.write_atomic(mpath, encode_marker(m), durable=self._durable)
+                with self._mu:
+                    self._marks[sid] = (_key(mst), m)
         st = _fsio.write_atomic(self.layout.session(sid), data, durable=self._durable)
         with self._mu:
-            self._seen[sid] = (_key(st), s.version)
+            self._seen[sid] = _Seen(st, s)
         if not s.in_progress and _fsio.lstat(mpath) is not None:
             _fsio.unlink(mpath, durable=self._durable)
             with self._mu:
                 self._marks.pop(sid, None)
         return s
 
-    def _marker_stale(self, sid: str, s: Session) -> bool:
-        """Must the marker be (re)written for ``s``? Only if missing, for another turn, node,
-        route, source or attempt count, or older than ``marker_refresh``."""
-        st = _fsio.lstat(self.layout.marker(sid))
-        if st is None:
-            return True
-        with self._mu:
-            cached = self._marks.get(sid)
-        m = cached[1] if cached is not None and cached[0] == _key(st) else self.read_marker(sid)
+    def _marker_due(self, sid: str, s: Session, owner: str | None) -> Marker | None:
+        """The marker to write for in-progress ``s``, or None if the one on disk says the same
+        (same turn, node, route, source and attempts, checkpoint within ``marker_refresh``)."""
         turn = s.turn
         assert turn is not None
-        return (m is None or m.turn_id != turn.id or m.node_id != self.node_id
-                or m.route_key != s.route_key or m.source != s.source
-                or m.resume_attempts != turn.resume_attempts
-                or turn.checkpoint_at - m.checkpoint_at >= self.config.marker_refresh)
+        st = _fsio.lstat(self.layout.marker(sid))
+        cur: Marker | None = None
+        if st is not None:
+            with self._mu:
+                cached = self._marks.get(sid)
+            if cached is not None and cached[0] == _key(st):
+                cur = cached[1]
+            else:
+                try:
+                    cur = self._marker_raw(sid)
+                except UnreadableState:
+                    cur = None  # ours, and corrupt: the rewrite below replaces it
+        same_turn = cur is not None and cur.turn_id == turn.id
+        node = owner or (cur.node_id if cur is not None and same_turn else self.node_id)
+        if (cur is not None and same_turn and cur.node_id == node
+                and cur.route_key == s.route_key and cur.source == s.source
+                and cur.resume_attempts == turn.resume_attempts
+                and turn.checkpoint_at - cur.checkpoint_at < self.config.marker_refresh):
+            return None
+        return Marker.of(s, node)
 
-    def commit(self, new: Session, base_version: int, *, at_least: int = 0) -> Session:
+    def commit(self, new: Session, base_version: int, *, at_least: int = 0,
+               owner: str | None = None) -> Session:
         """Commit ``new`` if the session on disk is at ``base_version`` (0: must not exist).
 
-        The new version is ``base_version + 1``, or ``at_least`` if higher."""
+        The new version is ``base_version + 1``, or ``at_least`` if higher. ``owner`` makes that
+        node the owner of the turn in progress (recovery's claim, an explicit adoption)."""
         with self._commit_lock(validate_session_id(new.id)):
-            return self._commit_locked(new, base_version, at_least=at_least)
+            return self._commit_locked(new, base_version, at_least=at_least, owner=owner)
 
     # ------------------------------------------------------------------ session API
 
@@ -502,13 +607,32 @@ class Store:
     # ------------------------------------------------------------------ quarantine
 
     def quarantine(self, path: str, *, kind: str, reason: str, session_id: str | None = None,
-                   code: str = ev.FILE_QUARANTINED) -> str | None:
+                   code: str = ev.FILE_QUARANTINED,
+                   expect: os.stat_result | None = None) -> str | None:
         """Move a file aside into ``quarantine/`` (never delete it) with an event.
 
-        Returns the new path, or None if the move failed (read-only store: the file stays and
-        the failure is reported, never raised)."""
+        A session's or marker's file is moved under that session's commit lock, and only if it
+        is still the file that was judged (``expect``): a good file committed meanwhile stays.
+        Returns the new path, or None if nothing was moved (gone, replaced, or the move failed —
+        a read-only store: the file stays and the failure is reported, never raised)."""
+        if session_id is not None and kind in ("session", "marker"):
+            try:
+                with self._commit_lock(session_id):
+                    return self._quarantine(path, kind, reason, session_id, code, expect)
+            except FsDurableError as e:  # the lock: leave it for the next look
+                self.emit(code, session_id=session_id, reason=reason, path=path,
+                          quarantine_failed=str(e))
+                return None
+        return self._quarantine(path, kind, reason, session_id, code, expect)
+
+    def _quarantine(self, path: str, kind: str, reason: str, session_id: str | None,
+                    code: str, expect: os.stat_result | None) -> str | None:
+        now = _fsio.lstat(path)
+        if now is None or (expect is not None and _key(now) != _key(expect)):
+            return None  # moved by another process, or replaced by a good commit
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self.clock()))
-        base = f"{stamp}-{kind}-{os.path.basename(path)}"
+        # a random part: two processes quarantining at once never pick the same name
+        base = f"{stamp}-{secrets.token_hex(3)}-{kind}-{os.path.basename(path)}"
         dest = os.path.join(self.layout.quarantine, base)
         n = 0
         while _fsio.lstat(dest) is not None:

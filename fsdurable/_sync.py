@@ -326,7 +326,7 @@ def take_over(store: Store, session_id: str) -> Marker:
 
     The session is re-committed unchanged (same turn, same checkpoint time, same attempt count:
     adopting never makes a stale turn fresh, nor resets the attempt cap); the commit rewrites the
-    marker with this node's id. Emits ``interrupted_turn_adopted``. Raises TurnStateError if no
+    marker with this node's id (``owner=``: no other commit ever moves a turn). Emits ``interrupted_turn_adopted``. Raises TurnStateError if no
     turn is interrupted there, if it is already this node's, or if the session moved on.
     """
     sid = validate_session_id(session_id)
@@ -347,7 +347,7 @@ def take_over(store: Store, session_id: str) -> Marker:
         if not s.in_progress or s.turn is None or s.turn.id != m2.turn_id:
             raise TurnStateError(f"session {sid!r} is no longer on turn {m2.turn_id}",
                                  session_id=sid, reason="superseded")
-        store.commit(s, s.version)
+        store.commit(s, s.version, owner=me)  # the one explicit change of a turn's owner
         mine = store.read_marker(sid)
         assert mine is not None and mine.node_id == me
     store.emit(ev.ADOPTED, session_id=sid, turn_id=m2.turn_id, reason="explicit",

@@ -158,3 +158,70 @@ def test_symlinked_store_directory_is_refused(root: Path, tmp_path: Path) -> Non
     with pytest.raises(UnreadableState) as e:
         Store(root)
     assert e.value.reason == "not_a_directory"
+
+
+def test_unreadable_marker_of_a_turn_in_progress_is_rebuilt(store: Store) -> None:
+    s = store.create("live")
+    s = store.begin_turn("live", "go")
+    with open(store.layout.marker("live"), "wb") as f:
+        f.write(b"\x00garbage")
+    [m] = store.interrupted()  # quarantined, then rebuilt from the session: still discoverable
+    assert m.session_id == "live" and s.turn is not None and m.turn_id == s.turn.id
+    codes = [e.code for e in store.events("live")]
+    assert "file_quarantined" in codes and "marker_repaired" in codes
+    assert "interrupted_turn_abandoned" not in codes
+    assert store.load("live").in_progress
+
+
+def test_doctor_rebuilds_an_unreadable_marker_of_a_turn_in_progress(store: Store) -> None:
+    from fsdurable import doctor
+
+    store.create("live")
+    store.begin_turn("live", "go")
+    with open(store.layout.marker("live"), "wb") as f:
+        f.write(b"{}")
+    os.chmod(store.layout.marker("live"), 0o600)
+    [f] = [x for x in doctor(store) if x.severity == "problem"]
+    assert f.code == "unreadable_marker" and not f.repaired
+    assert [x.code for x in doctor(store, repair=True) if x.severity == "problem"] == [
+        "unreadable_marker"]
+    assert [x.code for x in doctor(store) if x.severity == "problem"] == []
+    assert [m.session_id for m in store.interrupted()] == ["live"]
+
+
+def test_a_socket_where_a_file_should_be_never_crashes(store: Store, tmp_path: Path) -> None:
+    import socket
+
+    store.create("ok")
+    for path in (store.layout.marker("sock"), store.layout.session("sock2")):
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(path)
+        s.close()
+    assert store.interrupted() == []
+    with pytest.raises(UnreadableState):
+        store.load("sock2")
+    from fsdurable import doctor
+
+    doctor(store)
+    doctor(store, repair=True)
+    assert store.sessions() == ["ok"]
+
+
+def test_a_session_too_large_to_read_back_is_never_written(root: Path) -> None:
+    store = Store(root, config=Config(max_file_bytes=4096))
+    s = store.create("grow")
+    with pytest.raises(fsdurable.InvalidState) as e:
+        store.save(attrs.evolve(s, metadata={"blob": "x" * 5000}))
+    assert e.value.reason == "too_large"
+    assert store.load("grow") == s
+
+
+def test_a_bad_events_directory_never_breaks_a_commit(store: Store) -> None:
+    import shutil
+
+    shutil.rmtree(store.layout.events)
+    with open(store.layout.events, "w") as f:  # a file where the event log's directory goes
+        f.write("x")
+    store.create("e")
+    s = store.begin_turn("e", "go")  # the event cannot be written; the commit stands
+    assert s.in_progress and [m.session_id for m in store.interrupted()] == ["e"]

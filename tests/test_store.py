@@ -382,3 +382,21 @@ StoreMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_store_state_machine = StoreMachine.TestCase
+
+
+def test_a_commit_from_another_node_never_moves_the_turn(root: Path) -> None:
+    a = Store(root, node_id="nodeA")
+    a.create("x")
+    a.begin_turn("x", "go")
+    b = Store(root, node_id="nodeB")
+    b.patch("x", lambda s: attrs.evolve(s, metadata={"renamed": True}))
+    m = a.read_marker("x")
+    assert m is not None and m.node_id == "nodeA"  # still A's turn: B edited, did not adopt
+    s = b.load("x")
+    b.commit(s, s.version, owner="nodeB")  # the explicit change of owner (adopt, claim)
+    m = a.read_marker("x")
+    assert m is not None and m.node_id == "nodeB"
+    b.cancel("x")
+    b.begin_turn("x", "new turn")  # a new turn belongs to the node that starts it
+    m = a.read_marker("x")
+    assert m is not None and m.node_id == "nodeB"

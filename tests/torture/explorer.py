@@ -31,7 +31,7 @@ from fsdurable._config import Config
 from fsdurable._errors import ConflictError, SessionNotFound, StorageError, UnreadableState
 from fsdurable._layout import NameKind, classify
 from fsdurable._model import LedgerEntry, Marker, Session
-from fsdurable._store import Store, _key
+from fsdurable._store import Store, _key, _Seen
 
 from .fsmodel import CrashState, FsModel, Snapshot, snapshot
 
@@ -98,9 +98,9 @@ class RecordingStore(Store):
 # ---------------------------------------------------------------------- broken protocols
 
 
-def _write_marker(store: Store, s: Session) -> None:
-    if s.in_progress and store._marker_stale(s.id, s):
-        m = Marker.of(s, store.node_id)
+def _write_marker(store: Store, s: Session, owner: str | None = None) -> None:
+    m = store._marker_due(s.id, s, owner) if s.in_progress else None
+    if m is not None:
         from fsdurable._codec import encode_marker
 
         mst = _fsio.write_atomic(store.layout.marker(s.id), encode_marker(m))
@@ -108,13 +108,13 @@ def _write_marker(store: Store, s: Session) -> None:
             store._marks[s.id] = (_key(mst), m)
 
 
-def _write_session(store: Store, s: Session) -> None:
+def _write_session(store: Store, s: Session, owner: str | None = None) -> None:
     st = _fsio.write_atomic(store.layout.session(s.id), encode_session(s))
     with store._mu:
-        store._seen[s.id] = (_key(st), s.version)
+        store._seen[s.id] = _Seen(st, s)
 
 
-def _unmark(store: Store, s: Session) -> None:
+def _unmark(store: Store, s: Session, owner: str | None = None) -> None:
     mpath = store.layout.marker(s.id)
     if not s.in_progress and _fsio.lstat(mpath) is not None:
         _fsio.unlink(mpath)
@@ -126,13 +126,14 @@ def _commit_in_order(order: tuple[str, ...]) -> CommitImpl:
     """A copy of the commit function with its three steps in ``order``."""
     steps = {"marker": _write_marker, "session": _write_session, "unmark": _unmark}
 
-    def commit(store: Store, new: Session, base: int, *, at_least: int = 0) -> Session:
+    def commit(store: Store, new: Session, base: int, *, at_least: int = 0,
+               owner: str | None = None) -> Session:
         disk = store._disk_version(new.id)
         if disk != base:
             raise ConflictError("version mismatch", session_id=new.id, reason="version_mismatch")
         s = attrs.evolve(new, version=max(base + 1, at_least), updated_at=store.clock())
         for name in order:
-            steps[name](store, s)
+            steps[name](store, s, owner)
         return s
 
     return commit
