@@ -326,8 +326,9 @@ def take_over(store: Store, session_id: str) -> Marker:
 
     The session is re-committed unchanged (same turn, same checkpoint time, same attempt count:
     adopting never makes a stale turn fresh, nor resets the attempt cap); the commit rewrites the
-    marker with this node's id (``owner=``: no other commit ever moves a turn). Emits ``interrupted_turn_adopted``. Raises TurnStateError if no
-    turn is interrupted there, if it is already this node's, or if the session moved on.
+    marker with this node's id (``owner=``: no other commit ever moves a turn). Emits
+    ``interrupted_turn_adopted``. Raises TurnStateError if no turn is interrupted there, if it is
+    already this node's, or if the session moved on.
     """
     sid = validate_session_id(session_id)
     m = store.read_marker(sid)
