@@ -137,8 +137,10 @@ class Layout:
 def state_dir(root: str) -> str:
     """Machine-local state of one store (locks, node id): outside ROOT, never synced.
 
-    ``FSDURABLE_STATE_DIR`` overrides the base (tests, sandboxes); the store's real path keys it, so
-    two roots on one machine never share locks and a copied store gets its own.
+    ``FSDURABLE_STATE_DIR`` overrides the base (tests, sandboxes). The store directory's identity
+    (device and inode) keys it, not its path: the same store reached through a symlink, a bind
+    mount or a second mount point shares one set of locks (else a recovery and a live turn could
+    run one route at once), while a copy of the store (rsync) gets its own.
     """
     base = os.environ.get("FSDURABLE_STATE_DIR")
     if not base:
@@ -157,7 +159,12 @@ def state_dir(root: str) -> str:
         raise InvalidState(f"the machine-local state dir {base} is inside the store {root}: "
                            "set FSDURABLE_STATE_DIR to a directory outside it", path=base,
                            reason="state_dir_in_store")
-    key = hashlib.sha256(real.encode()).hexdigest()[:24]
+    try:
+        st = os.stat(real)
+        ident = f"{st.st_dev}:{st.st_ino}"
+    except FileNotFoundError:  # not created yet: nothing can hold its locks
+        ident = real
+    key = hashlib.sha256(ident.encode()).hexdigest()[:24]
     return os.path.join(base, "stores", key)
 
 

@@ -4,6 +4,7 @@ locks across processes, permissions, symlinks, ids, foreign files."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import textwrap
@@ -400,3 +401,22 @@ def test_a_commit_from_another_node_never_moves_the_turn(root: Path) -> None:
     b.begin_turn("x", "new turn")  # a new turn belongs to the node that starts it
     m = a.read_marker("x")
     assert m is not None and m.node_id == "nodeB"
+
+
+def test_one_store_through_two_paths_shares_its_locks(root: Path, tmp_path: Path) -> None:
+    Store(root)
+    alias = tmp_path / "alias"
+    if os.geteuid() == 0 and shutil.which("mount"):
+        alias.mkdir()
+        if subprocess.run(["mount", "--bind", str(root), str(alias)]).returncode != 0:
+            alias.rmdir()
+    if not alias.exists():
+        pytest.skip("cannot bind-mount here")
+    try:
+        a, b = Store(root), Store(alias)
+        assert a.root != b.root
+        with a.lock("session:x"), pytest.raises(fsdurable.LockTimeout), \
+                b.lock("session:x", timeout=0.1):
+            pass
+    finally:
+        subprocess.run(["umount", str(alias)], check=False)
