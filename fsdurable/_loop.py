@@ -206,12 +206,13 @@ class AgentLoop:
             steps += 1
             with run.mu:
                 self._check(run)
-                msg = Message("assistant", reply.content, reply.tool_calls)
+                calls = _unique_calls(run.session, reply.tool_calls)
+                msg = Message("assistant", reply.content, calls)
                 run.session = attrs.evolve(run.session, messages=(*run.session.messages, msg))
                 if not reply.tool_calls:
                     return self._end(run)
                 self._boundary(run, "model_reply")
-            self._batch(run, reply.tool_calls)
+            self._batch(run, calls)
             self._boundary(run, "tool_batch")
 
     def _transcript(self, s: Session) -> tuple[Message, ...]:
@@ -317,11 +318,12 @@ class AgentLoop:
             if only_if_pending and not run.pending:
                 return
             self._check(run)
-            try:
-                s = self.store.checkpoint(run.session, phase=phase)
-            except ConflictError:
-                self._stopped_elsewhere(run)
-                raise
+            for tries in range(_REBASES, -1, -1):
+                try:
+                    s = self.store.checkpoint(run.session, phase=phase)
+                    break
+                except ConflictError:
+                    self._rebase(run, give_up=tries == 0)
             run.session = s
             run.committed_at = self.clock()
             run.pending = False
@@ -330,11 +332,12 @@ class AgentLoop:
     def _end(self, run: _Run, *, status: str = "completed") -> TurnResult:
         with run.mu:
             self._check(run)
-            try:
-                s = self.store.end_turn(run.session)
-            except ConflictError:
-                self._stopped_elsewhere(run)
-                raise
+            for tries in range(_REBASES, -1, -1):
+                try:
+                    s = self.store.end_turn(run.session)
+                    break
+                except ConflictError:
+                    self._rebase(run, give_up=tries == 0)
             run.pending = False
         return self._result(run, status, s)
 
@@ -360,7 +363,8 @@ class AgentLoop:
         if _fsio.lstat(self.store.layout.marker(run.session.id)) is None:
             self._stopped_elsewhere(run)  # no marker: cancelled or finished elsewhere?
 
-    def _stopped_elsewhere(self, run: _Run) -> None:
+    def _stopped_elsewhere(self, run: _Run) -> Session:
+        """Stop if the turn was cancelled or replaced elsewhere; else the session on disk."""
         try:
             disk = self.store.load(run.session.id)
         except SessionNotFound:
@@ -369,6 +373,40 @@ class AgentLoop:
             raise _Stop("cancelled")
         if disk.turn.id != run.turn_id:
             raise _Stop("superseded")
+        return disk
+
+    def _rebase(self, run: _Run, *, give_up: bool) -> None:
+        """A commit met a newer version. Cancelled or superseded: stop. Still this turn (a
+        host's patch, a marker repair, a migration): keep what the other writer committed and
+        put back what this run owns — the turn, its transcript and summary — then retry. The
+        route lock this run holds means no other loop or recovery wrote the turn itself."""
+        disk = self._stopped_elsewhere(run)
+        if give_up:
+            raise ConflictError(f"session {disk.id!r} keeps changing under the running turn",
+                                session_id=disk.id, reason="contended")
+        mine = run.session
+        run.session = attrs.evolve(disk, turn=mine.turn, messages=mine.messages,
+                                   summary=mine.summary)
+
+
+_REBASES = 3  # a session patched this often during one commit is contended, not merely touched
+
+
+def _unique_calls(s: Session, calls: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
+    """Tool calls with ids unique in the session: a model that numbers calls per reply
+    ("call_0" every time) would otherwise have a new call answered from an old call's ledger
+    entry, and share its idempotency key. A repeated id gets a ``~n`` suffix."""
+    taken = {c.id for m in s.messages for c in m.tool_calls}
+    taken |= {m.tool_call_id for m in s.messages if m.tool_call_id}
+    out = []
+    for c in calls:
+        cid, n = c.id, 1
+        while cid in taken:
+            n += 1
+            cid = f"{c.id}~{n}"
+        taken.add(cid)
+        out.append(c if cid == c.id else attrs.evolve(c, id=cid))
+    return tuple(out)
 
 
 __all__ = ["AgentLoop", "TurnResult", "in_doubt", "unanswered_calls"]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import fsdurable
-from fsdurable import AgentLoop, Reply, ScriptedModel, Store, Tool
+from fsdurable import AgentLoop, Reply, ScriptedModel, Store, Tool, ToolContext
 from fsdurable._tools import call
 
 
@@ -250,3 +250,49 @@ def test_public_names() -> None:
     for name in ("AgentLoop", "ScriptedModel", "Tool", "ToolContext", "Reply", "recover",
                  "RecoveryPolicy", "resume_one", "Host", "TurnResult"):
         assert name in fsdurable.__all__ and getattr(fsdurable, name) is not None
+
+
+def test_another_writer_on_the_same_turn_is_rebased_not_fatal(store: Store) -> None:
+    """A host renames the session (from another process) while a tool runs: the turn goes on,
+    the rename stays, nothing is left in progress."""
+    import subprocess
+
+    from .conftest import PYTHON, subprocess_env
+
+    store.create("s")
+    code = ("import sys, attrs, fsdurable; st = fsdurable.Store(sys.argv[1]); "
+            "st.patch('s', lambda s: attrs.evolve(s, metadata={'title': 'renamed'}))")
+
+    def slow(ctx: ToolContext) -> str:
+        subprocess.run([PYTHON, "-c", code, store.root], env=subprocess_env(), check=True,
+                       timeout=60)
+        return "ok"
+
+    model = ScriptedModel([Reply("working", (call("slow", "c1"),))], final="done")
+    r = AgentLoop(store, model, [Tool("slow", slow, effect="external")]).run(
+        "s", "go", attended=True)
+    assert r.status == "completed" and r.reply == "done"
+    s = store.load("s")
+    assert s.metadata == {"title": "renamed"} and not s.in_progress
+    assert store.interrupted() == []
+
+
+def test_a_reused_tool_call_id_is_a_new_call(store: Store) -> None:
+    """A model that numbers calls per reply ("call_0" every time): the second call runs too,
+    with its own idempotency key."""
+    store.create("s")
+    sent: list[tuple[str, str]] = []
+
+    def send(ctx: ToolContext, to: str) -> str:
+        sent.append((to, ctx.idempotency_key))
+        return f"sent to {to}"
+
+    model = ScriptedModel([Reply("1", (call("send_email", "call_0", to="alice"),)),
+                           Reply("2", (call("send_email", "call_0", to="bob"),))])
+    r = AgentLoop(store, model, [Tool("send_email", send, effect="external")]).run(
+        "s", "alice then bob", attended=True)
+    assert r.status == "completed"
+    assert [to for to, _ in sent] == ["alice", "bob"]
+    assert sent[0][1] != sent[1][1]
+    answers = [m.content for m in store.load("s").messages if m.role == "tool"]
+    assert answers == ["sent to alice", "sent to bob"]
