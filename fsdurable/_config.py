@@ -21,6 +21,11 @@ class Config:
     # event (reason "stale") instead of resumed.
     stale_after: float = attrs.field(default=4 * HOUR)
 
+    # Default 5 min: a checkpoint time further in the future than this (a clock that was ahead
+    # when it was written, an RTC reset) would otherwise keep the turn "fresh" for the whole skew
+    # plus the window — a months-stale turn resumed. Such a turn is treated as stale.
+    max_clock_skew: float = 300.0
+
     # Default 3: a turn whose model call kills the process every time would otherwise be resumed
     # at every start — a boot loop. The count is committed BEFORE the model call, so a crash inside
     # the call still counts.

@@ -58,12 +58,14 @@ class RecoveryPolicy:
     stale_after: float = DEFAULT_CONFIG.stale_after
     max_attempts: int = DEFAULT_CONFIG.max_resume_attempts
     lock_timeout: float = DEFAULT_CONFIG.route_lock_timeout
+    max_clock_skew: float = DEFAULT_CONFIG.max_clock_skew
 
     @classmethod
     def from_config(cls, config: Config) -> RecoveryPolicy:
         return cls(enabled=config.recovery_enabled, stale_after=config.stale_after,
                    max_attempts=config.max_resume_attempts,
-                   lock_timeout=config.route_lock_timeout)
+                   lock_timeout=config.route_lock_timeout,
+                   max_clock_skew=config.max_clock_skew)
 
 
 @attrs.frozen
@@ -110,7 +112,8 @@ def verdict(m: Marker, *, node_id: str, now: float, policy: RecoveryPolicy,
         return "disabled"
     if m.node_id != node_id and not adopt:
         return "foreign"
-    if now - m.checkpoint_at > policy.stale_after:
+    age = now - m.checkpoint_at
+    if age > policy.stale_after or age < -policy.max_clock_skew:  # too old, or from the future
         return "stale"
     if m.resume_attempts >= policy.max_attempts:
         return "exhausted"

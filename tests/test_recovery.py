@@ -186,6 +186,18 @@ def test_stale_turn_is_abandoned_with_an_event(root: Path) -> None:
     assert ev.reason == "stale"
 
 
+@pytest.mark.parametrize("skew", [301.0, 30 * 86400.0])
+def test_a_checkpoint_from_the_future_is_stale(root: Path, skew: float) -> None:
+    """A clock that was ahead when the turn was written must not keep it fresh for the skew."""
+    then = Store(root, clock=lambda: 1_000_000.0 + skew)
+    interrupt(then, "s", "look")
+    now = Store(root, clock=lambda: 1_000_000.0)
+    p2 = Provider()
+    [o] = recover(now, AgentLoop(now, ScriptedModel(SCRIPT), _tools(p2))).outcomes
+    assert (o.verdict, o.outcome, o.reason) == ("stale", "abandoned", "stale")
+    assert p2.calls == []
+
+
 def test_failed_resume_keeps_the_marker_until_the_cap(store: Store) -> None:
     interrupt(store, "s", "look")
 
