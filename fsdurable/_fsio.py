@@ -9,8 +9,10 @@ Durability contract of ``write_atomic`` (used by the one commit function): the b
 a temp file beside the target (``~<name>.<random>.tmp``, a name Dropbox, Nextcloud and our
 ``.stignore`` skip), the temp file is fsynced (``F_FULLFSYNC`` on macOS), renamed over the target
 (never following a symlink planted there: rename replaces the link itself), and the directory is
-fsynced. When it returns, the new content survives a power cut; if it raises, the old content is
-still under the target name and the temp file is removed.
+fsynced. When it returns, the new content survives a power cut. If it raises before the rename,
+the old content is still under the target name and the temp file is removed; if only the final
+directory fsync fails (EIO), the rename has happened but its durability is unknown — the caller
+sees a StorageError and must re-read before retrying (the commit's compare-and-swap does).
 """
 
 from __future__ import annotations

@@ -154,9 +154,13 @@ class AgentLoop:
         (the caller knows; nothing stored decides it). The turn is committed in progress before
         the model is called."""
         route = self.store.load(session_id).route_key
-        with self.store.lock(route):
-            s = self.store.begin_turn(session_id, content)
-            return self._drive(s, attended=attended, resumed=False)
+        while True:
+            with self.store.lock(route):
+                current = self.store.load(session_id).route_key
+                if current == route:  # else it changed before we held it: take the right one
+                    s = self.store.begin_turn(session_id, content)
+                    return self._drive(s, attended=attended, resumed=False)
+            route = current
 
     def cancel(self, session_id: str) -> Session:
         """Cancel the session's turn: flush its pending checkpoint, commit it not in progress

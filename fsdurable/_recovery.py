@@ -204,6 +204,11 @@ def _claimed(store: Store, loop: Host, marker: Marker, pol: RecoveryPolicy, adop
              base: Outcome, resume: bool) -> Outcome:
     sid, tid = marker.session_id, marker.turn_id
     fresh = store.read_marker(sid)
+    if fresh is not None and fresh.turn_id == tid and fresh.route_key != marker.route_key:
+        # the route changed since the listing: the lock held is not the turn's; next start
+        store.emit(SKIPPED, session_id=sid, turn_id=tid, reason="route_changed",
+                   route_key=fresh.route_key)
+        return attrs.evolve(base, outcome="busy", reason="route_changed")
     if fresh is None or fresh.turn_id != tid:
         # a live turn (or another recovery) finished or replaced it while we waited
         store.emit(ev.ABANDONED, session_id=sid, turn_id=tid, reason="superseded",
