@@ -244,11 +244,16 @@ def check_final(store: Any, world: str) -> tuple[list[str], dict[str, int]]:
     seen: Counter[tuple[str, int]] = Counter((a["sid"], a["n"]) for a in acks if "n" in a)
     out += [f"lost update: counter {sid} reached {n} twice" for (sid, n), c in seen.items()
             if c > 1]
+    final: dict[str, Any] = {}
     for a in acks:
-        try:
-            s = store.load(a["sid"])
-        except FsDurableError as e:
-            out.append(f"acknowledged session {a['sid']} unreadable: {e}")
+        if a["sid"] not in final:  # load each session once: shared ones grow to megabytes
+            try:
+                final[a["sid"]] = store.load(a["sid"])
+            except FsDurableError as e:
+                final[a["sid"]] = None
+                out.append(f"acknowledged session {a['sid']} unreadable: {e}")
+        s = final[a["sid"]]
+        if s is None:
             continue
         if s.version < a["version"]:
             out.append(f"acknowledged {a['sid']} v{a['version']} lost (disk v{s.version})")
