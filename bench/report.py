@@ -75,7 +75,13 @@ def machine(data: dict[str, Any]) -> str:
             ["fsync latency", f"median {fmt_time(fs['median'])}, p90 {fmt_time(fs['p90'])}, "
                               f"p99 {fmt_time(fs['p99'])} (one small write + fsync)"],
             ["run", ", ".join(f"{k} {v['environment']['utc']}" for k, v in data.items())],
-            ["commit", f"{env.get('git_commit', '')} ({env.get('source', 'working tree')})"],
+            ["commit", "; ".join(sorted({
+                f"{v['environment'].get('git_commit', '')} "
+                f"({v['environment'].get('source', 'working tree')}): "
+                + ", ".join(k for k, w in data.items()
+                            if w["environment"].get("git_commit") ==
+                            v["environment"].get("git_commit"))
+                for v in data.values()}))],
             ["load average at start", ", ".join(f"{k} {v['environment']['loadavg_at_start'][0]:.1f}"
                                                 for k, v in data.items()
                                                 if v["environment"]["loadavg_at_start"])]]
