@@ -189,6 +189,13 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def script_main(run: Any, doc: str | None, argv: list[str] | None) -> int:
+    """The ``main`` of every ``bench/<part>.py``: ``--quick`` and ``--out``, then ``run``."""
+    args = parse_args(argv, doc or "")
+    run(args.quick, args.out)
+    return 0
+
+
 def parse_args(argv: list[str] | None, description: str) -> Any:
     import argparse
 

@@ -29,7 +29,7 @@ import shutil
 import sqlite3
 from typing import Any
 
-from ._harness import cache_dir, environment, log, measure, parse_args, ratio, write_result
+from ._harness import cache_dir, environment, log, measure, ratio, script_main, write_result
 
 FULL = {"sizes": [1 << 10, 64 << 10, 1 << 20, 10 << 20], "reps": {1 << 10: 300, 64 << 10: 300,
                                                                   1 << 20: 100, 10 << 20: 30},
@@ -189,9 +189,7 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv, __doc__ or "")
-    run(args.quick, args.out)
-    return 0
+    return script_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._data import NODE, Dataset, langgraph_available
-from ._harness import cache_dir, environment, log, measure, parse_args, ratio, write_result
+from ._harness import cache_dir, environment, log, measure, ratio, script_main, write_result
 
 FULL = {"ns": [1_000, 10_000, 100_000], "ms": [1, 10, 100], "fast_reps": 300, "slow_min": 3,
         "budget": 8.0}
@@ -246,9 +246,7 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv, __doc__ or "")
-    run(args.quick, args.out)
-    return 0
+    return script_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import random
 import shutil
 from typing import Any
 
-from ._harness import cache_dir, environment, log, measure, parse_args, ratio, write_result
+from ._harness import cache_dir, environment, log, measure, ratio, script_main, write_result
 
 FULL = {"points": [10, 100, 1_000, 10_000], "reps": 40, "budget": 8.0, "tp_sizes": [1 << 20,
                                                                                     10 << 20],
@@ -222,9 +222,7 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv, __doc__ or "")
-    run(args.quick, args.out)
-    return 0
+    return script_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from typing import Any
 
-from ._harness import environment, log, parse_args, write_result
+from ._harness import environment, log, script_main, write_result
 
 PROBE = """\
 import json, os, resource, sys, tracemalloc
@@ -118,9 +118,7 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv, __doc__ or "")
-    run(args.quick, args.out)
-    return 0
+    return script_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any
 
-from ._harness import REPO, environment, log, parse_args, ratio, stats, write_result
+from ._harness import REPO, environment, log, ratio, script_main, stats, write_result
 
 HEAVY = ("watchfiles", "portalocker", "cattrs", "orjson", "platformdirs", "atomicwrites")
 MUST_NOT = ("watchfiles", "portalocker", "cattrs")
@@ -191,9 +191,7 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv, __doc__ or "")
-    run(args.quick, args.out)
-    return 0
+    return script_main(run, __doc__, argv)
 
 
 if __name__ == "__main__":

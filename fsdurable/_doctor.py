@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import attrs
 
 from . import _events as ev
 from . import _fsio
-from ._codec import parse_marker, parse_session
+from ._codec import parse_session
 from ._errors import FsDurableError, LockTimeout, StorageError, UnreadableState
 from ._layout import NameKind, classify, own_id, validate_session_id
 from ._model import Marker, Session
 from ._store import Store
 
+T = TypeVar("T")
 PROBLEM = "problem"
 INFO = "info"
 
@@ -125,47 +127,44 @@ class _Scan:
             self.add("permissions", path, f"mode {mode:o}, expected {want:o} or narrower",
                      repair=f"chmod {want:o}", fix=lambda: _fsio.chmod(path, want))
 
-    def session(self, sid: str, path: str) -> Session | None:
+    def read(self, sid: str, path: str, kind: str, read: Callable[[], T | None],
+             fix: Any) -> T | None:
+        """Read one file without changing anything; every way it can be bad is a finding."""
         try:
-            data, _ = _fsio.read_bounded(path, self.store.config.max_file_bytes)
-            s, migrated = parse_session(data, path=path)
-            if s.id != sid:
-                raise UnreadableState(f"holds session {s.id!r}", path=path, reason="wrong_id")
+            return read()
         except FileNotFoundError:
             return None
         except StorageError as e:  # EACCES, EIO: reported, left alone (it may be transient)
             self.add("refused_read", path, f"the disk refused to read it: {e.message}",
                      session_id=sid)
-            return None
         except UnreadableState as e:
-            self.add("unreadable_session", path, f"{e.message} ({e.reason})", session_id=sid,
-                     repair="move to quarantine",
-                     fix=self.quarantine_fix(path, "session", e.reason or "unreadable", sid))
+            self.add(f"unreadable_{kind}", path, f"{e.message} ({e.reason})", session_id=sid,
+                     repair="move to quarantine" + ("; rebuild it if its session is in progress"
+                                                    if kind == "marker" else ""),
+                     fix=fix(e.reason or "unreadable"))
+        return None
+
+    def session(self, sid: str, path: str) -> Session | None:
+        def read() -> tuple[Session, bool]:
+            data, _ = _fsio.read_bounded(path, self.store.config.max_file_bytes)
+            s, migrated = parse_session(data, path=path)
+            if s.id != sid:
+                raise UnreadableState(f"holds session {s.id!r}", path=path, reason="wrong_id")
+            return s, migrated
+
+        got = self.read(sid, path, "session", read,
+                        lambda why: self.quarantine_fix(path, "session", why, sid))
+        if got is None:
             return None
+        s, migrated = got
         if migrated:
             self.add("old_format", path, "an older session format", session_id=sid,
                      repair="migrate to the current format", fix=lambda: self.store.load(sid))
         return s
 
     def marker(self, sid: str, path: str) -> Marker | None:
-        try:
-            data, _ = _fsio.read_bounded(path, 1 << 20)
-            m = parse_marker(data, path=path)
-            if m.session_id != sid:
-                raise UnreadableState(f"names session {m.session_id!r}", path=path,
-                                      reason="wrong_id")
-        except FileNotFoundError:
-            return None
-        except StorageError as e:  # EACCES, EIO: reported, left alone (it may be transient)
-            self.add("refused_read", path, f"the disk refused to read it: {e.message}",
-                     session_id=sid)
-            return None
-        except UnreadableState as e:
-            self.add("unreadable_marker", path, f"{e.message} ({e.reason})", session_id=sid,
-                     repair="move to quarantine; rebuild it if its session is in progress",
-                     fix=self.marker_fix(sid))
-            return None
-        return m
+        return self.read(sid, path, "marker", lambda: self.store._marker_raw(sid),
+                         lambda why: self.marker_fix(sid))
 
     def run(self) -> list[Finding]:
         lay = self.store.layout
