@@ -121,6 +121,8 @@ class _Writer(AtomicWriter):  # type: ignore[misc]
         super().__init__(path, mode="wb", overwrite=overwrite)
         self._durable = durable
         self._tmp = ""
+        self._keep = -1  # a second descriptor of the temp file, open across the rename
+        self.final: os.stat_result | None = None
 
     def get_fileobject(self, **kwargs: Any) -> IO[bytes]:
         # as mkstemp does: O_CREAT|O_EXCL, mode 0600, never through a link; but the name is
@@ -141,6 +143,7 @@ class _Writer(AtomicWriter):  # type: ignore[misc]
             except FileExistsError:  # 48 random bits: practically never
                 continue
         self._tmp = name
+        self._keep = os.dup(fd)
         return os.fdopen(fd, "wb")
 
     def sync(self, f: IO[bytes]) -> None:
@@ -159,8 +162,15 @@ class _Writer(AtomicWriter):  # type: ignore[misc]
             os.link(self._tmp, self._path)  # fails if the target exists: no overwrite
             _rec("unlink", self._tmp)
             os.unlink(self._tmp)
+        # the stat of OUR inode after the rename (which changed its ctime), race-free
+        self.final = os.fstat(self._keep)
         if self._durable:
             fsync_dir(directory)
+
+    def close_keep(self) -> None:
+        if self._keep >= 0:
+            os.close(self._keep)
+            self._keep = -1
 
     def rollback(self, f: IO[bytes] | None) -> None:
         if self._tmp:
@@ -173,17 +183,20 @@ def write_atomic(
 ) -> os.stat_result:
     """Durably replace (or, ``overwrite=False``, create) ``path`` with ``data``.
 
-    Returns the stat of the new file (same inode after the rename), so the caller can recognise
-    its own write later without re-reading it.
+    Returns the stat of the new file as it stands after the rename (taken through a descriptor
+    of the same inode, so no other writer can slip in), for the caller to recognise its own write
+    later without re-reading it.
     """
     with storage_errors(path, "write"):
         writer = _Writer(path, overwrite=overwrite, durable=durable)
-        with writer.open() as f:
-            _rec("write", writer._tmp, data)
-            f.write(data)
-            f.flush()
-            st = os.fstat(f.fileno())
-        return st
+        try:
+            with writer.open() as f:
+                _rec("write", writer._tmp, data)
+                f.write(data)
+            assert writer.final is not None
+            return writer.final
+        finally:
+            writer.close_keep()
 
 
 def read_bounded(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:

@@ -408,13 +408,7 @@ class Store:
                 mst = _fsio.write_atomic(mpath, encode_marker(m), durable=self._durable)
                 with self._mu:
                     self._marks[sid] = (_key(mst), m)
-        spath = self.layout.session(sid)
-        st = _fsio.write_atomic(spath, data, durable=self._durable)
-        # the rename changed our inode's ctime after write_atomic's fstat: take the final stat if
-        # it is still our file (same inode, size, mtime), or the next commit re-reads the session
-        now = _fsio.lstat(spath)
-        if now is not None and _key(now)[:4] == _key(st)[:4]:
-            st = now
+        st = _fsio.write_atomic(self.layout.session(sid), data, durable=self._durable)
         with self._mu:
             self._seen[sid] = _Seen(st, s)
         if not s.in_progress and _fsio.lstat(mpath) is not None:

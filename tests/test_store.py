@@ -420,3 +420,26 @@ def test_one_store_through_two_paths_shares_its_locks(root: Path, tmp_path: Path
             pass
     finally:
         subprocess.run(["umount", str(alias)], check=False)
+
+
+def test_a_checkpoint_does_not_reread_the_marker_it_wrote(store: Store) -> None:
+    """The commit path recognises its own marker by stat (taken after the rename): a checkpoint
+    within Config.marker_refresh neither rewrites nor re-reads it."""
+    import sys
+
+    s = store.create("hot")
+    s = store.begin_turn("hot", "go")
+    opened: list[str] = []
+    armed = [True]
+
+    def hook(event: str, args: tuple[object, ...]) -> None:
+        if armed[0] and event == "open" and isinstance(args[0], str):
+            opened.append(args[0])
+
+    sys.addaudithook(hook)
+    try:
+        for _ in range(3):
+            s = store.checkpoint(s, phase="model_reply")
+    finally:
+        armed[0] = False
+    assert not [p for p in opened if p.endswith(os.path.join("markers", "hot.json"))], opened
