@@ -202,7 +202,16 @@ def encode_marker(m: Marker) -> bytes:
     })
 
 
-def parse_marker(data: bytes, *, path: str | None = None) -> Marker:
+def _check_id(got: str, want: str | None, path: str | None) -> None:
+    """A file found under ``<want>.json`` must be about session ``want``."""
+    if want is not None and got != want:
+        raise UnreadableState(f"{path or 'file'} is about session {got!r}, not {want!r}",
+                              path=path, session_id=want, reason="wrong_id")
+
+
+def parse_marker(data: bytes, *, path: str | None = None,
+                 session_id: str | None = None) -> Marker:
+    """Parse a marker; ``session_id``: the id its file name says (``wrong_id`` if it differs)."""
     d = loads_strict(data, path=path)
     if d.get("format") != MARKER_FORMAT:
         d, _ = upgrade(d, "marker", path=path)
@@ -211,6 +220,7 @@ def parse_marker(data: bytes, *, path: str | None = None) -> Marker:
         m = _marker_checked(d, path)
     if m.resume_attempts < 0 or m.session_version < 0:
         raise UnreadableState("negative counter in marker", path=path, reason="wrong_value")
+    _check_id(m.session_id, session_id, path)
     return m
 
 
@@ -478,8 +488,10 @@ class _MessageCache:
 _message_cache = _MessageCache()
 
 
-def parse_session(data: bytes, *, path: str | None = None) -> tuple[Session, bool]:
-    """Parse a session file; returns (session, migrated?)."""
+def parse_session(data: bytes, *, path: str | None = None,
+                  session_id: str | None = None) -> tuple[Session, bool]:
+    """Parse a session file; returns (session, migrated?). ``session_id``: the id its file name
+    says (``wrong_id`` if the file holds another session)."""
     import orjson
 
     try:
@@ -499,4 +511,5 @@ def parse_session(data: bytes, *, path: str | None = None) -> tuple[Session, boo
     if s.version < 1 or (s.turn is not None and s.turn.resume_attempts < 0):
         raise UnreadableState("session version below 1 or negative attempts", path=path,
                               reason="wrong_value")
+    _check_id(s.id, session_id, path)
     return s, migrated

@@ -147,10 +147,7 @@ class _Scan:
     def session(self, sid: str, path: str) -> Session | None:
         def read() -> tuple[Session, bool]:
             data, _ = _fsio.read_bounded(path, self.store.config.max_file_bytes)
-            s, migrated = parse_session(data, path=path)
-            if s.id != sid:
-                raise UnreadableState(f"holds session {s.id!r}", path=path, reason="wrong_id")
-            return s, migrated
+            return parse_session(data, path=path, session_id=sid)
 
         got = self.read(sid, path, "session", read,
                         lambda why: self.quarantine_fix(path, "session", why, sid))

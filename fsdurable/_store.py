@@ -223,28 +223,23 @@ class Store:
         from ._codec import parse_session
 
         path = self.layout.session(sid)
+        st: os.stat_result | None = None
         try:
             data, st = _fsio.read_bounded(path, self.config.max_file_bytes)
-            s, migrated = parse_session(data, path=path)
-            if s.id != sid:
-                raise UnreadableState(f"{path} holds session {s.id!r}", path=path,
-                                      session_id=sid, reason="wrong_id")
-            validate_session_id(s.id)
+            s, migrated = parse_session(data, path=path, session_id=sid)
         except FileNotFoundError:
             self._forget(sid)
             return None
-        except UnreadableState as e:
+        except UnreadableState as e:  # moved aside only if it is still the file judged
             where = self.quarantine(path, kind="session", reason=e.reason or "unreadable",
-                                    session_id=sid, code=ev.SESSION_QUARANTINED,
-                                    expect=locals().get("st"))
+                                    session_id=sid, code=ev.SESSION_QUARANTINED, expect=st)
             raise UnreadableState(f"{e.message}; moved to {where}", path=where or path,
                                   session_id=sid, reason=e.reason) from e
         seen = _Seen(st, s)
-        if migrated:  # an old format has no current-format prefix to re-check: trust this read
-            seen.racy = False
         with self._mu:
             self._seen[sid] = seen
-        if migrated:
+        if migrated:  # an old format has no current-format prefix to re-check: trust this read
+            seen.racy = False
             with self._commit_lock(sid):
                 s = self._commit_locked(s, s.version)
             self.emit(ev.SESSION_MIGRATED, session_id=sid, version=s.version)
@@ -357,10 +352,7 @@ class Store:
             data, st = _fsio.read_bounded(path, min(self.config.max_file_bytes, 1 << 20))
         except FileNotFoundError:
             return None
-        m = parse_marker(data, path=path)
-        if m.session_id != sid:
-            raise UnreadableState(f"{path} names session {m.session_id!r}", path=path,
-                                  session_id=sid, reason="wrong_id")
+        m = parse_marker(data, path=path, session_id=sid)
         with self._mu:
             self._marks[sid] = (_key(st), m)
         return m

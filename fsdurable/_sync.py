@@ -100,17 +100,13 @@ def read_version(store: Store, path: str, session_id: str, kind: str = SESSION, 
                    mtime=st.st_mtime)
     try:
         if kind == MARKER:
-            m = parse_marker(data, path=path)
-            if m.session_id != session_id:
-                return attrs.evolve(base, error=f"marker of session {m.session_id!r}")
+            m = parse_marker(data, path=path, session_id=session_id)
             return attrs.evolve(base, version=m.session_version, updated_at=m.checkpoint_at,
                                 in_progress=True, turn_id=m.turn_id, node_id=m.node_id,
                                 marker=m)
-        s, _ = parse_session(data, path=path)
+        s, _ = parse_session(data, path=path, session_id=session_id)
     except UnreadableState as e:
         return attrs.evolve(base, error=e.reason or "unreadable")
-    if s.id != session_id:
-        return attrs.evolve(base, error=f"holds session {s.id!r}")
     return attrs.evolve(base, version=s.version, updated_at=s.updated_at,
                         in_progress=s.in_progress, turn_id=s.turn.id if s.turn else None,
                         messages=len(s.messages), session=s)
