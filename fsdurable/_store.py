@@ -245,6 +245,13 @@ class Store:
             self.emit(ev.SESSION_MIGRATED, session_id=sid, version=s.version)
         return s
 
+    def _load_or_none(self, sid: str) -> Session | None:
+        """The session, or None if it is missing or unreadable (then quarantined, an event)."""
+        try:
+            return self._read(sid)
+        except UnreadableState:
+            return None
+
     def _forget(self, sid: str) -> None:
         with self._mu:
             self._seen.pop(sid, None)
@@ -330,10 +337,7 @@ class Store:
                     bad = e
                 self.quarantine(self.layout.marker(sid), kind="marker",
                                 reason=bad.reason or "unreadable", session_id=sid)
-                try:
-                    s: Session | None = self.load(sid)
-                except (SessionNotFound, UnreadableState):
-                    s = None
+                s = self._load_or_none(sid)
                 if s is None or not s.in_progress or s.turn is None:
                     self.emit(ev.ABANDONED, session_id=sid, reason="unreadable",
                               cause=bad.reason, path=self.layout.marker(sid))
@@ -554,10 +558,7 @@ class Store:
         removes the marker) if the session is gone or no longer on that turn."""
         sid = validate_session_id(session_id)
         with self._commit_lock(sid):
-            try:
-                s: Session | None = self.load(sid)
-            except (SessionNotFound, UnreadableState):
-                s = None
+            s = self._load_or_none(sid)
             if s is not None and s.in_progress and s.turn is not None and s.turn.id == turn_id:
                 s = self._commit_locked(attrs.evolve(s, in_progress=False, turn=None), s.version)
             else:
@@ -581,10 +582,7 @@ class Store:
         one (through the commit function). Returns what was done, or None."""
         sid = validate_session_id(session_id)
         with self._commit_lock(sid):
-            try:
-                s: Session | None = self.load(sid)
-            except (SessionNotFound, UnreadableState):
-                s = None
+            s = self._load_or_none(sid)
             if s is None or not s.in_progress:
                 return "removed_orphan" if self._remove_orphan_marker(sid, s) else None
             m = self.read_marker(sid)
