@@ -37,6 +37,7 @@ REPAIRED = "doctor_repaired"
 ADOPTED = "interrupted_turn_adopted"
 CONFLICT_RESOLVED = "conflict_resolved"
 TOOL_REFUSED = "tool_refused"
+CLOCK_STEP = "clock_step"  # a checkpoint time from the future: never used to judge staleness
 
 Subscriber = Callable[[Event], None]
 

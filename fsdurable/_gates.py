@@ -53,6 +53,31 @@ def trusted_time(*times: float, now: float, policy: RecoveryPolicy) -> float | N
     return max(ok) if ok else None
 
 
+class Judged:
+    """What recovery gates a claimed turn on: ``marker`` (the marker with the session's exact
+    attempt count and the checkpoint time to trust), ``ahead`` (how far the newest known time is
+    ahead of now; over ``max_clock_skew`` it is a clock step to report) and ``trusted`` (the newest
+    time not from the future, None if there is none: then the turn cannot be shown fresh)."""
+
+    __slots__ = ("ahead", "marker", "trusted")
+
+    def __init__(self, marker: Marker, ahead: float, trusted: float | None) -> None:
+        self.marker, self.ahead, self.trusted = marker, ahead, trusted
+
+
+def judged(fresh: Marker, session_checkpoint_at: float, resume_attempts: int, *, now: float,
+           policy: RecoveryPolicy) -> Judged:
+    """Combine the marker with its session: the checkpoint time is the newest of the two that is
+    not from the future (the marker's may lag by ``Config.marker_refresh``, or carry a clock's
+    error), else the newest of them (the turn is then stale)."""
+    times = (fresh.checkpoint_at, session_checkpoint_at)
+    trusted = trusted_time(*times, now=now, policy=policy)
+    newest = max(times)
+    m = fresh.replace(checkpoint_at=newest if trusted is None else trusted,
+                      resume_attempts=resume_attempts)
+    return Judged(m, newest - now, trusted)
+
+
 def verdict(m: Marker, *, node_id: str, now: float, policy: RecoveryPolicy,
             adopt: bool = False) -> str:
     """The gates, in order, from the marker alone (no session read). A checkpoint time from the
@@ -70,4 +95,5 @@ def verdict(m: Marker, *, node_id: str, now: float, policy: RecoveryPolicy,
     return "resume"
 
 
-__all__ = ["VERDICTS", "RecoveryPolicy", "from_future", "trusted_time", "verdict"]
+__all__ = ["VERDICTS", "Judged", "RecoveryPolicy", "from_future", "judged", "trusted_time",
+           "verdict"]

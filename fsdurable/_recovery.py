@@ -26,7 +26,7 @@ import attrs
 
 from . import _events as ev
 from ._errors import FsDurableError, LockTimeout, SessionNotFound, UnreadableState
-from ._gates import VERDICTS, RecoveryPolicy, verdict
+from ._gates import VERDICTS, RecoveryPolicy, judged, verdict
 from ._loop import in_doubt, unanswered_calls
 from ._model import Marker, Message, Session
 from ._store import Store
@@ -198,8 +198,12 @@ def _claimed(store: Store, loop: Host, marker: Marker, pol: RecoveryPolicy, adop
     # re-gate on what is on disk now (a concurrent recovery may have counted an attempt; the
     # session's checkpoint time is exact, the marker's may lag by Config.marker_refresh)
     now = store.clock()
-    exact = fresh.replace(checkpoint_at=max(fresh.checkpoint_at, s.turn.checkpoint_at),
-                         resume_attempts=s.turn.resume_attempts)
+    j = judged(fresh, s.turn.checkpoint_at, s.turn.resume_attempts, now=now, policy=pol)
+    exact = j.marker
+    if j.ahead > pol.max_clock_skew:  # a time from the future never decides staleness
+        store.emit(ev.CLOCK_STEP, session_id=sid, turn_id=tid, ahead=round(j.ahead, 3),
+                   marker_checkpoint_at=fresh.checkpoint_at,
+                   session_checkpoint_at=s.turn.checkpoint_at, trusted_checkpoint_at=j.trusted)
     v = verdict(exact, node_id=store.node_id, now=now, policy=pol, adopt=adopt)
     age = now - exact.checkpoint_at
     base = attrs.evolve(base, verdict=v, age=age, attempts=exact.resume_attempts)

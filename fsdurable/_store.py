@@ -452,7 +452,9 @@ class Store:
         if (cur is not None and same_turn and cur.node_id == node
                 and cur.route_key == s.route_key and cur.source == s.source
                 and cur.resume_attempts == turn.resume_attempts
-                and turn.checkpoint_at - cur.checkpoint_at < self.config.marker_refresh):
+                # a marker time ahead of the turn's (the clock stepped back since) is rewritten:
+                # else the gate would judge the turn by a time from the future
+                and 0 <= turn.checkpoint_at - cur.checkpoint_at < self.config.marker_refresh):
             return None
         return Marker.of(s, node)
 
