@@ -166,6 +166,16 @@ class Store:
         """Every node's events (optionally one session's), oldest first."""
         return self.log.read(session_id)
 
+    def prune_events(self, *, now: float | None = None) -> dict[str, Any]:
+        """Apply ``Config.event_retention`` to this node's event log: remove its day files older
+        than the window (whole UTC days), with one ``events_pruned`` event saying what went.
+        Never touches another node's log. ``doctor --repair`` calls this."""
+        at = self.clock() if now is None else now
+        done = self.log.prune(at - self.config.event_retention)
+        if done["files"]:
+            self.emit(ev.EVENTS_PRUNED, retention=self.config.event_retention, **done)
+        return done
+
     def watch(self, **kw: Any) -> Iterator[Any]:
         """Live changes of markers, sessions and conflict copies, judged by version (a generator
         of ``Change``; see ``fsdurable._watch.watch`` for ``poll``, ``initial``, ``stop_event``)."""
