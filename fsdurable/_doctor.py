@@ -225,7 +225,13 @@ def doctor(store: Store, *, repair: bool = False) -> list[Finding]:
     """
     findings = _Scan(store, repair).run()
     if repair:  # the event log's retention (Config.event_retention): this node's old day files
-        pruned = store.prune_events()
+        try:
+            pruned = store.prune_events()
+        except (FsDurableError, OSError) as e:
+            pruned = {"files": 0}
+            findings.append(Finding(code="events_not_pruned", severity=PROBLEM,
+                                    path=store.layout.events, repair="prune",
+                                    detail=f"the event log's retention could not be applied: {e}"))
         if pruned["files"]:
             findings.append(Finding(code="events_pruned", severity=INFO, path=store.layout.events,
                                     detail=f"{pruned['files']} day files before "

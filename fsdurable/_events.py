@@ -20,19 +20,24 @@ as ``event_log_damaged`` events in their answer (never written: a read changes n
 
 from __future__ import annotations
 
+import _thread
 import collections
 import os
 import re
 import stat as _stat
-import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
 
 from . import _fsio
 from ._errors import FsDurableError, StorageError, UnreadableState
 from ._recordcodec import encode_event, parse_event
 from ._records import Event
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import Any
+
+    Subscriber = Callable[[Event], None]
 
 # Event codes (the names hosts match on).
 TURN_STARTED = "turn_started"
@@ -66,9 +71,6 @@ _DAY_RE = re.compile(r"(\d{4}-\d\d-\d\d)\.jsonl")
 MAX_LINE = 1 << 20
 MAX_UNWRITTEN = 10_000  # events kept in memory while the disk refuses them (oldest dropped, logged)
 
-Subscriber = Callable[[Event], None]
-
-
 def day_of(at: float) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(at))
 
@@ -85,8 +87,8 @@ class EventLog:
         self._max_line = min(max_file_bytes, MAX_LINE)
         self._clock = clock
         self._subs: list[Subscriber] = []
-        self._lock = threading.Lock()  # subscribers
-        self._write = threading.Lock()  # the appender's state below
+        self._lock = _thread.allocate_lock()  # subscribers (threading.Lock, without threading)
+        self._write = _thread.allocate_lock()  # the appender's state below
         self._made: set[str] = set()  # directories this process made or checked
         self._node_dir: str | None = None
         self._unwritten: collections.deque[Event] = collections.deque()
@@ -299,7 +301,7 @@ class EventLog:
                 continue
             for key in sorted(_fsio.list_names(node_dir)):
                 path = os.path.join(node_dir, key)
-                if not _is_dir(path):
+                if key == LAYOUT_FLAG or not _is_dir(path):
                     continue
                 for day_file in sorted(_fsio.list_names(path)):
                     m = _DAY_RE.fullmatch(day_file)
@@ -313,10 +315,13 @@ class EventLog:
                         files += 1
                         size += st.st_size
                         sessions.add(key)
-                if key not in (STORE_KEY, LEGACY_KEY):
+                if key not in (STORE_KEY, LEGACY_KEY, LAYOUT_FLAG):
                     with self._write:
-                        if _fsio.rmdir(path, durable=self._durable):
-                            self._made.discard(path)
+                        try:
+                            if _fsio.rmdir(path, durable=self._durable):
+                                self._made.discard(path)
+                        except (FsDurableError, OSError):
+                            pass  # an empty directory left behind costs nothing
         return {"before_day": cutoff, "files": files, "bytes": size,
                 "sessions": len(sessions - {STORE_KEY, LEGACY_KEY})}
 

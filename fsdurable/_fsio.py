@@ -17,18 +17,21 @@ sees a StorageError and must re-read before retrying (the commit's compare-and-s
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
-from collections.abc import Callable, Iterator
-from typing import IO, Any
-
-from atomicwrites import AtomicWriter
 
 from ._errors import StorageError, UnreadableState
 from ._layout import TEMP_SUFFIX, temp_prefix
 
-Recorder = Callable[[str, tuple[Any, ...]], None]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import IO, Any
+
+    Recorder = Callable[[str, tuple[Any, ...]], None]
+
 _recorder: Recorder | None = None
 
 # Errors the disk gives that a caller can do nothing about but report: they become StorageError.
@@ -114,11 +117,16 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-class _Writer(AtomicWriter):  # type: ignore[misc]
-    """atomicwrites' fsync-and-rename, with our temp names and every step recorded."""
+class _Writer:
+    """The fsync-and-rename protocol of atomicwrites' ``AtomicWriter`` (the same steps and
+    order: temp file beside the target, write, fsync, rename or link, directory fsync; the temp
+    file removed on failure), with our temp names and every step recorded. Not built on
+    atomicwrites itself: importing it pulls ``tempfile``, ``shutil``, ``random`` and the
+    compression modules into every process that opens a store (bench/startup.py)."""
 
     def __init__(self, path: str, *, overwrite: bool, durable: bool) -> None:
-        super().__init__(path, mode="wb", overwrite=overwrite)
+        self._path = path
+        self._overwrite = overwrite
         self._durable = durable
         self._tmp = ""
         self._keep = -1  # a second descriptor of the temp file, open across the rename
@@ -190,9 +198,17 @@ def write_atomic(
     with storage_errors(path, "write"):
         writer = _Writer(path, overwrite=overwrite, durable=durable)
         try:
-            with writer.open() as f:
-                _rec("write", writer._tmp, data)
-                f.write(data)
+            f = writer.get_fileobject()
+            try:
+                with f:
+                    _rec("write", writer._tmp, data)
+                    f.write(data)
+                    writer.sync(f)
+                writer.commit(f)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    writer.rollback(f)
+                raise
             assert writer.final is not None
             return writer.final
         finally:

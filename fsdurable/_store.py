@@ -7,14 +7,12 @@ marker removal) is repaired, with a ``marker_repaired`` event, when recovery or 
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import re
-import threading
 import time
-from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _discovery, _fsio
 from . import _events as ev
@@ -32,13 +30,18 @@ from ._layout import Layout, new_id, own_id, state_dir, validate_session_id
 from ._recordcodec import encode_manifest, encode_marker, parse_manifest
 from ._records import Event, Manifest, Marker
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import Any, TypeVar
+
     from ._model import Session
+
+    _T = TypeVar("_T")
 
 # Opening a store and listing its markers imports only the standard library (DESIGN.md "Layers",
 # tests/test_startup_imports.py): attrs, the model and the session codec are imported where a
 # session is read or built.
-_T = TypeVar("_T")
 
 
 def _evolve(inst: _T, **changes: Any) -> _T:
@@ -102,10 +105,10 @@ class Store:
         self.clock = clock
         self._durable = config.fsync
         self._node_id = validate_session_id(node_id) if node_id is not None else None
-        self._mu = threading.Lock()
+        self._mu = _thread.allocate_lock()  # threading.Lock without importing threading
         self._seen: dict[str, _Seen] = {}  # session id -> what we last read or wrote
         self._marks: dict[str, tuple[StatKey, Marker]] = {}  # markers this store read or wrote
-        self._held = threading.local()
+        self._held = _thread._local()  # threading.local, likewise
         self._locks: Any = None
         self._log: ev.EventLog | None = None
         self.manifest = self._open(create)

@@ -160,6 +160,7 @@ def test_retention_prunes_this_nodes_old_days_with_an_event(root: Path) -> None:
     assert codes == ["ancient_elsewhere", "recent"]  # another node's log is never pruned
     [pruned] = [e for e in store.events() if e.code == "events_pruned"]
     assert pruned.detail["files"] == 1 and pruned.detail["retention"] == 90 * DAY
+    assert (root / "events" / "node-test" / "@layout2").is_dir()  # the layout flag stays
     assert store.prune_events()["files"] == 0  # nothing left to prune: no second event
     assert len([e for e in store.events() if e.code == "events_pruned"]) == 1
 
