@@ -15,7 +15,7 @@ from typing import Any
 from ._harness import RESULTS, fmt_time
 
 README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "README.md")
-PARTS = ("startup", "discovery", "commit", "growth", "memory")
+PARTS = ("startup", "discovery", "commit", "growth", "memory", "events")
 
 
 def load(results: str) -> dict[str, Any]:
@@ -107,6 +107,8 @@ HEADLINES = [
     ("commit", "checkpoint_vs_floor_1024KB",
      "checkpoint commit vs the floor (orjson encode + write, fsync, rename, dir fsync), 1 MB"),
     ("memory", "rss_largest_vs_smallest_n", "discovery peak RSS, largest N vs smallest N"),
+    ("events", "session_query_large_vs_small",
+     "`events(session_id)` beside 5,000 other sessions' history vs beside 10"),
     ("memory", "traced_peak_largest_vs_smallest_n",
      "discovery peak Python allocations, largest N vs smallest N"),
 ]

@@ -15,7 +15,7 @@ from typing import Any
 
 from .conftest import PYTHON, REPO, subprocess_env
 
-PARTS = ("startup", "discovery", "commit", "growth", "memory")
+PARTS = ("startup", "discovery", "commit", "growth", "memory", "events")
 
 
 def stats_ok(r: dict[str, Any]) -> bool:
