@@ -22,11 +22,11 @@ import attrs
 from ._errors import InvalidState, UnreadableState
 from ._model import Event, Manifest, Marker, Message, Session
 
-SESSION_FORMAT = "fsdurable.session/2"
+SESSION_FORMAT = "fsdurable.session/3"
 MARKER_FORMAT = "fsdurable.marker/1"
 EVENT_FORMAT = "fsdurable.event/1"
 MANIFEST_FORMAT = "fsdurable/1"
-CURRENT = {"session": 2, "marker": 1, "event": 1}
+CURRENT = {"session": 3, "marker": 1, "event": 1}
 
 # (kind, from_version) -> function turning that version's dict into the next version's dict.
 MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
@@ -65,6 +65,23 @@ def _session_1_to_2(d: dict[str, Any]) -> dict[str, Any]:
             for m in msgs
         ]
     d["format"] = "fsdurable.session/2"
+    return d
+
+
+@migration("session", 2)
+def _session_2_to_3(d: dict[str, Any]) -> dict[str, Any]:
+    """Session v2 had no ``commit_id`` (""), no ``turn.node_id`` (None: the commit that rewrites
+    it takes the owner from the marker) and no ``turn.route_key`` (the session's route, the one
+    its marker names)."""
+    d = dict(d)
+    d.setdefault("commit_id", "")
+    turn = d.get("turn")
+    if isinstance(turn, dict):
+        turn = dict(turn)
+        turn.setdefault("node_id", None)
+        turn.setdefault("route_key", d.get("route_key", ""))
+        d["turn"] = turn
+    d["format"] = "fsdurable.session/3"
     return d
 
 

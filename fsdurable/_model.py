@@ -73,7 +73,13 @@ class LedgerEntry:
 
 @attrs.frozen
 class Turn:
-    """The turn in progress: when it started, its last checkpoint and its resume attempts."""
+    """The turn in progress: when it started, its last checkpoint and its resume attempts.
+
+    ``node_id``: the node that owns the turn (the commit function writes it, the same node as in
+    the marker, so a rebuilt marker keeps its owner). ``route_key``: the route lock the turn
+    started under (set by ``begin_turn``, never changed while the turn lives, whatever the
+    session's ``route_key`` says later; "" is filled from the session by the commit function).
+    """
 
     id: str
     started_at: float = _time()
@@ -81,6 +87,8 @@ class Turn:
     phase: str = "started"
     resume_attempts: int = 0
     ledger: tuple[LedgerEntry, ...] = ()
+    node_id: str | None = None
+    route_key: str = ""
 
     def entry(self, tool_call_id: str) -> LedgerEntry | None:
         for e in self.ledger:
@@ -91,10 +99,13 @@ class Turn:
 
 @attrs.frozen
 class Session:
-    """One session file. ``version`` is the commit counter (+1 on every commit)."""
+    """One session file. ``version`` is the commit counter (+1 on every commit); ``commit_id``
+    is unique to each commit (the commit function writes a fresh one), so two nodes' commits of
+    the same version number are told apart."""
 
     id: str
     version: int = 0
+    commit_id: str = ""
     created_at: float = attrs.field(default=0.0, validator=_finite)
     updated_at: float = attrs.field(default=0.0, validator=_finite)
     source: str = "api"  # provenance only: it never grants anything (a resumed turn is unattended)
@@ -112,7 +123,8 @@ class Session:
 
 @attrs.frozen
 class Marker:
-    """Index record of one interrupted turn (``markers/<session_id>.json``)."""
+    """Index record of one interrupted turn (``markers/<session_id>.json``). ``route_key`` is the
+    TURN's route (``Turn.route_key``), the lock a resume must take."""
 
     session_id: str
     turn_id: str
@@ -134,7 +146,7 @@ class Marker:
             turn_id=turn.id,
             session_version=session.version,
             node_id=node_id,
-            route_key=session.route_key,
+            route_key=turn.route_key or session.route_key,
             source=session.source,
             started_at=turn.started_at,
             checkpoint_at=turn.checkpoint_at,

@@ -390,7 +390,11 @@ class Store:
                 session_id=sid, path=self.layout.session(sid), reason="version_mismatch",
                 expected=base, actual=disk,
             )
-        s = attrs.evolve(new, version=max(base + 1, at_least), updated_at=self.clock())
+        s = attrs.evolve(new, version=max(base + 1, at_least), updated_at=self.clock(),
+                         commit_id=os.urandom(8).hex())
+        m: Marker | None = None
+        if s.turn is not None:
+            m, s = self._marker_due(sid, s, owner)
         data = encode_session(s)
         if len(data) > self.config.max_file_bytes:  # it could never be read back
             raise InvalidState(
@@ -398,12 +402,10 @@ class Store:
                 f"({self.config.max_file_bytes}): compact it", session_id=sid,
                 reason="too_large")
         mpath = self.layout.marker(sid)
-        if s.in_progress:
-            m = self._marker_due(sid, s, owner)
-            if m is not None:
-                mst = _fsio.write_atomic(mpath, encode_marker(m), durable=self._durable)
-                with self._mu:
-                    self._marks[sid] = (_key(mst), m)
+        if m is not None:
+            mst = _fsio.write_atomic(mpath, encode_marker(m), durable=self._durable)
+            with self._mu:
+                self._marks[sid] = (_key(mst), m)
         st = _fsio.write_atomic(self.layout.session(sid), data, durable=self._durable)
         with self._mu:
             self._seen[sid] = _Seen(st, s)
@@ -413,9 +415,15 @@ class Store:
                 self._marks.pop(sid, None)
         return s
 
-    def _marker_due(self, sid: str, s: Session, owner: str | None) -> Marker | None:
-        """The marker to write for in-progress ``s``, or None if the one on disk says the same
-        (same turn, node, route, source and attempts, checkpoint within ``marker_refresh``)."""
+    def _marker_due(self, sid: str, s: Session, owner: str | None
+                    ) -> tuple[Marker | None, Session]:
+        """For in-progress ``s``: (the marker to write, or None if the one on disk says the same —
+        same turn, node, route, source and attempts, checkpoint within ``marker_refresh``; ``s``
+        with its turn's owner node and route filled in).
+
+        The owner is ``owner`` if given (a claim, an adoption), else the one the session names,
+        else the one the marker of the same turn names (a session of format 2), else this node.
+        The turn's route is the one it started under (the session's if not yet set)."""
         turn = s.turn
         assert turn is not None
         st = _fsio.lstat(self.layout.marker(sid))
@@ -431,13 +439,19 @@ class Store:
                 except UnreadableState:
                     cur = None  # ours, and corrupt: the rewrite below replaces it
         same_turn = cur is not None and cur.turn_id == turn.id
-        node = owner or (cur.node_id if cur is not None and same_turn else self.node_id)
+        node = (owner or turn.node_id or (cur.node_id if cur is not None and same_turn else None)
+                or self.node_id)
+        route = turn.route_key or s.route_key
+        if node != turn.node_id or route != turn.route_key:
+            s = attrs.evolve(s, turn=attrs.evolve(turn, node_id=node, route_key=route))
+            turn = s.turn
+            assert turn is not None
         if (cur is not None and same_turn and cur.node_id == node
-                and cur.route_key == s.route_key and cur.source == s.source
+                and cur.route_key == route and cur.source == s.source
                 and cur.resume_attempts == turn.resume_attempts
                 and turn.checkpoint_at - cur.checkpoint_at < self.config.marker_refresh):
-            return None
-        return Marker.of(s, node)
+            return None, s
+        return Marker.of(s, node), s
 
     def commit(self, new: Session, base_version: int, *, at_least: int = 0,
                owner: str | None = None) -> Session:
@@ -509,7 +523,8 @@ class Store:
             now = self.clock()
             msgs = s.messages + ((Message(role, content),) if content is not None else ())
             return attrs.evolve(s, in_progress=True, messages=msgs,
-                                turn=Turn(id=tid, started_at=now, checkpoint_at=now))
+                                turn=Turn(id=tid, started_at=now, checkpoint_at=now,
+                                          route_key=s.route_key))
 
         s = self.patch(session_id, start)
         self.emit(ev.TURN_STARTED, session_id=s.id, turn_id=tid)

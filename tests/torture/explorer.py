@@ -98,8 +98,7 @@ class RecordingStore(Store):
 # ---------------------------------------------------------------------- broken protocols
 
 
-def _write_marker(store: Store, s: Session, owner: str | None = None) -> None:
-    m = store._marker_due(s.id, s, owner) if s.in_progress else None
+def _write_marker(store: Store, s: Session, m: Marker | None) -> None:
     if m is not None:
         from fsdurable._codec import encode_marker
 
@@ -108,13 +107,13 @@ def _write_marker(store: Store, s: Session, owner: str | None = None) -> None:
             store._marks[s.id] = (_key(mst), m)
 
 
-def _write_session(store: Store, s: Session, owner: str | None = None) -> None:
+def _write_session(store: Store, s: Session, m: Marker | None) -> None:
     st = _fsio.write_atomic(store.layout.session(s.id), encode_session(s))
     with store._mu:
         store._seen[s.id] = _Seen(st, s)
 
 
-def _unmark(store: Store, s: Session, owner: str | None = None) -> None:
+def _unmark(store: Store, s: Session, m: Marker | None) -> None:
     mpath = store.layout.marker(s.id)
     if not s.in_progress and _fsio.lstat(mpath) is not None:
         _fsio.unlink(mpath)
@@ -131,9 +130,13 @@ def _commit_in_order(order: tuple[str, ...]) -> CommitImpl:
         disk = store._disk_version(new.id)
         if disk != base:
             raise ConflictError("version mismatch", session_id=new.id, reason="version_mismatch")
-        s = attrs.evolve(new, version=max(base + 1, at_least), updated_at=store.clock())
+        s = attrs.evolve(new, version=max(base + 1, at_least), updated_at=store.clock(),
+                         commit_id=os.urandom(8).hex())
+        m: Marker | None = None
+        if s.turn is not None:
+            m, s = store._marker_due(s.id, s, owner)
         for name in order:
-            steps[name](store, s, owner)
+            steps[name](store, s, m)
         return s
 
     return commit
