@@ -42,7 +42,8 @@ StatKey = tuple[int, int, int, int, int]
 # freed inode number. Until then the version is re-checked from the file's first bytes (git's
 # "racily clean" rule).
 _RACY_WINDOW = 2.0
-_PREFIX_RE = re.compile(rb'"version":(\d+),.*?"updated_at":([-+0-9.eE]+)', re.S)
+# the file's first bytes as encode_session writes them: "version":N,"commit_id":"...", ...
+_PREFIX_RE = re.compile(rb'"version":(\d+),"commit_id":"([0-9A-Za-z]*)",', re.S)
 
 
 def _key(st: os.stat_result) -> StatKey:
@@ -54,14 +55,15 @@ def _racy(st: os.stat_result) -> bool:
 
 
 class _Seen:
-    """What this process last read or wrote of one session file."""
+    """What this process last read or wrote of one session file: its stat and its commit's
+    identity (version and commit id)."""
 
-    __slots__ = ("key", "racy", "updated_at", "version")
+    __slots__ = ("commit_id", "key", "racy", "version")
 
     def __init__(self, st: os.stat_result, s: Session) -> None:
         self.key = _key(st)
         self.version = s.version
-        self.updated_at = s.updated_at
+        self.commit_id = s.commit_id
         self.racy = _racy(st)
 
 
@@ -258,29 +260,34 @@ class Store:
             self._marks.pop(sid, None)
 
     def _disk_version(self, sid: str) -> int:
-        """Version on disk (0 if absent). The file is re-read only if its stat changed, or if
-        the stat is too recent to prove anything (then only its first bytes are read)."""
+        """Version on disk (0 if absent); see ``_disk_ident``."""
+        return self._disk_ident(sid)[0]
+
+    def _disk_ident(self, sid: str) -> tuple[int, str]:
+        """Identity of the commit on disk: (version, commit id); (0, "") if absent. The file is
+        re-read only if its stat changed, or if the stat is too recent to prove anything (then
+        only its first bytes are read: version and commit id come first)."""
         path = self.layout.session(sid)
         st = _fsio.lstat(path)
         if st is None:
             self._forget(sid)
-            return 0
+            return 0, ""
         with self._mu:
             seen = self._seen.get(sid)
         if seen is not None and seen.key == _key(st) and (
                 not seen.racy or self._prefix_matches(path, seen)):
             seen.racy = _racy(st)
-            return seen.version
+            return seen.version, seen.commit_id
         try:
             s = self._read(sid)
         except UnreadableState:
             if _fsio.lstat(path) is not None:
                 raise  # it could not be moved aside: never write over it
-            return 0  # quarantined: nothing is there any more
-        return s.version if s is not None else 0
+            return 0, ""  # quarantined: nothing is there any more
+        return (s.version, s.commit_id) if s is not None else (0, "")
 
     def _prefix_matches(self, path: str, seen: _Seen) -> bool:
-        """Do the file's first bytes still carry the version and commit time we cached?"""
+        """Do the file's first bytes still carry the version and commit id we cached?"""
         try:
             head = _fsio.read_prefix(path, 1024)
         except (OSError, UnreadableState):
@@ -288,10 +295,7 @@ class Store:
         m = _PREFIX_RE.search(head)
         if m is None:
             return False
-        try:
-            return int(m.group(1)) == seen.version and float(m.group(2)) == seen.updated_at
-        except ValueError:
-            return False
+        return int(m.group(1)) == seen.version and m.group(2).decode() == seen.commit_id
 
     def interrupted(self) -> list[Marker]:
         """Every interrupted turn, from ONE listing of ``markers/`` and the markers themselves.
@@ -364,10 +368,13 @@ class Store:
     # ------------------------------------------------------------------ the commit function
 
     def _commit_locked(self, new: Session, base: int, *, at_least: int = 0,
-                       owner: str | None = None) -> Session:
+                       owner: str | None = None, base_commit_id: str | None = None) -> Session:
         """THE commit: every change to a session file goes through here, under its commit lock.
 
-        1. compare-and-swap: the version on disk must be ``base`` (0 = absent) -> ConflictError;
+        1. compare-and-swap on the commit's identity: the file on disk must be the commit
+           ``new`` was derived from — version ``base`` (0 = absent) and commit id
+           ``base_commit_id`` (default ``new.commit_id``) — else ConflictError: a file a sync
+           tool replaced with another node's commit of the same version is told apart;
         2. entering or staying in progress: write the marker first (fsync, rename, dir fsync)
            unless the one on disk already says the same (``Config.marker_refresh``);
         3. write the session (temp, fsync, rename, dir fsync);
@@ -383,11 +390,19 @@ class Store:
         from ._codec import encode_session
 
         sid = validate_session_id(new.id)
-        disk = self._disk_version(sid)
+        disk, disk_commit = self._disk_ident(sid)
+        want = new.commit_id if base_commit_id is None else base_commit_id
         if disk != base:
             raise ConflictError(
                 f"session {sid!r} is at version {disk} on disk, not {base}",
                 session_id=sid, path=self.layout.session(sid), reason="version_mismatch",
+                expected=base, actual=disk,
+            )
+        if disk and disk_commit != want:
+            raise ConflictError(
+                f"session {sid!r} on disk is another commit of version {disk} (commit "
+                f"{disk_commit or '-'}, not {want or '-'}): replaced, e.g. by a sync tool",
+                session_id=sid, path=self.layout.session(sid), reason="commit_mismatch",
                 expected=base, actual=disk,
             )
         s = attrs.evolve(new, version=max(base + 1, at_least), updated_at=self.clock(),
@@ -454,13 +469,16 @@ class Store:
         return Marker.of(s, node), s
 
     def commit(self, new: Session, base_version: int, *, at_least: int = 0,
-               owner: str | None = None) -> Session:
-        """Commit ``new`` if the session on disk is at ``base_version`` (0: must not exist).
+               owner: str | None = None, base_commit_id: str | None = None) -> Session:
+        """Commit ``new`` if the session on disk is the commit it was derived from: version
+        ``base_version`` (0: must not exist) and commit id ``base_commit_id`` (default
+        ``new.commit_id``, the id of the session ``new`` was loaded as); else ConflictError.
 
         The new version is ``base_version + 1``, or ``at_least`` if higher. ``owner`` makes that
         node the owner of the turn in progress (recovery's claim, an explicit adoption)."""
         with self._commit_lock(validate_session_id(new.id)):
-            return self._commit_locked(new, base_version, at_least=at_least, owner=owner)
+            return self._commit_locked(new, base_version, at_least=at_least, owner=owner,
+                                       base_commit_id=base_commit_id)
 
     # ------------------------------------------------------------------ session API
 
