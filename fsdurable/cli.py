@@ -151,7 +151,8 @@ def _parser(only: str | None) -> argparse.ArgumentParser:
                                 "codes: 0 ok, 1 problems found, 2 usage, 3 internal error.")
     p.add_argument("--version", action="version", version=_version(),
                    help="print the version and exit")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND",
+                           help="one of the commands below (`fsdurable COMMAND --help`)")
     names = dict.fromkeys([*COMMANDS, *_HANDLERS])
     for name in names:
         if only is not None and name != only:
