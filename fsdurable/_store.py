@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -34,6 +34,9 @@ from ._errors import (
 )
 from ._layout import Layout, new_id, own_id, state_dir, validate_session_id
 from ._model import Event, Manifest, Marker, Message, Session, Turn
+
+if TYPE_CHECKING:
+    from ._watch import Change, StopEvent
 
 StatKey = tuple[int, int, int, int, int]
 # A file's stat is trusted as "unchanged since we read or wrote it" only once its mtime is older
@@ -152,12 +155,15 @@ class Store:
         """Every node's events (optionally one session's), oldest first."""
         return self.log.read(session_id)
 
-    def watch(self, **kw: Any) -> Iterator[Any]:
+    def watch(self, *, poll: bool = False, initial: bool = False,
+              stop_event: StopEvent | None = None, debounce: float | None = None,
+              poll_interval: float | None = None) -> Iterator[Change]:
         """Live changes of markers, sessions and conflict copies, judged by version (a generator
-        of ``Change``; see ``fsdurable._watch.watch`` for ``poll``, ``initial``, ``stop_event``)."""
+        of ``Change``; see ``fsdurable.watch`` for ``poll``, ``initial``, ``stop_event``)."""
         from ._watch import watch
 
-        return watch(self, **kw)
+        return watch(self, poll=poll, initial=initial, stop_event=stop_event,
+                     debounce=debounce, poll_interval=poll_interval)
 
     def subscribe(self, fn: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``fn(event)`` for each event this process emits; returns an unsubscribe function."""
