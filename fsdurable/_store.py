@@ -543,18 +543,33 @@ class Store:
         return s
 
     def cancel(self, session_id: str) -> Session:
-        """Cancel the turn in progress: it never comes back. No-op if none is in progress."""
+        """Cancel the turn in progress: it never comes back. No-op if none is in progress.
+        An effectful call that may have run (its ledger entry still at ``intent``) stays on
+        record and goes to the review queue (``fsdurable review``), never dropped silently."""
         cancelled: list[str] = []
+        doubt: list[dict[str, Any]] = []
 
         def stop(s: Session) -> Session:
             if not s.in_progress or s.turn is None:
                 return s
-            cancelled.append(s.turn.id)
-            return attrs.evolve(s, in_progress=False, turn=None)
+            cancelled[:] = [s.turn.id]
+            meta = s.metadata
+            intents = [e for e in s.turn.ledger if e.status == "intent"]
+            if intents:
+                from ._review import REVIEW, review_record
+
+                rr = review_record(s.turn.id, intents, at=self.clock(), reason="cancelled",
+                                   previous=meta.get(REVIEW))
+                doubt[:] = rr["calls"][-len(intents):]
+                meta = {**meta, REVIEW: rr}
+            return attrs.evolve(s, in_progress=False, turn=None, metadata=meta)
 
         s = self.patch(session_id, stop)
         if cancelled:
             self.emit(ev.TURN_CANCELLED, session_id=s.id, turn_id=cancelled[0])
+        if doubt:
+            self.emit(ev.REVIEW_REQUIRED, session_id=s.id, turn_id=cancelled[0],
+                      reason="cancelled", calls=doubt)
         return s
 
     def abandon_turn(self, session_id: str, turn_id: str, *, reason: str,

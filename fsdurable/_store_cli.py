@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
 
 from .cli import Result, command, non_negative, open_store, table
 
@@ -35,20 +34,15 @@ def _sid_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("session_id", help="the session's id (1-128 of A-Z a-z 0-9 _ -)")
 
 
-def parked(meta: dict[str, Any]) -> list[dict[str, Any]]:
-    """The calls of a session parked for a human's review (``metadata["review_required"]``)."""
-    rr = meta.get("review_required")
-    calls = rr.get("calls") if isinstance(rr, dict) else None
-    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
-
-
 @command("show", args=_sid_args)
 def _show(args: argparse.Namespace) -> Result:
     from ._codec import session_to_dict
+    from ._review import parked
 
     s = open_store(args).load(args.session_id)
     d = session_to_dict(s)
-    d = {"session_id": d.pop("id"), **d, "review_required": parked(s.metadata)}
+    d = {"session_id": d.pop("id"), **d,
+         "review_required": [c for c in parked(s) if c["answer"] is None]}
     state = "no turn in progress"
     if s.turn:
         state = (f"turn {s.turn.id} in progress: phase {s.turn.phase}, "
@@ -88,11 +82,14 @@ def _events(args: argparse.Namespace) -> Result:
 
 @command("cancel", args=_sid_args)
 def _cancel(args: argparse.Namespace) -> Result:
+    from ._review import parked
+
     st = open_store(args)
     before = st.load(args.session_id)
     after = st.cancel(args.session_id)
     done = before.in_progress and not after.in_progress
-    review = parked(after.metadata) if done else []
+    turn = before.turn.id if before.turn else None
+    review = [c for c in parked(after) if done and c.get("turn_id") == turn]
     text = (f"cancelled turn {before.turn.id} of {after.id}" if done and before.turn
             else f"{after.id} has no turn in progress")
     if review:

@@ -19,7 +19,7 @@ from .conftest import PYTHON, REPO, subprocess_env
 
 READS = [["sessions"], ["show", "a"], ["interrupted"], ["recover", "--dry-run"], ["recover"],
          ["events"], ["cancel", "a"], ["doctor"], ["doctor", "--repair"], ["conflicts"],
-         ["node"], ["adopt", "a"], ["resolve", "a"],
+         ["node"], ["adopt", "a"], ["resolve", "a"], ["review"], ["review", "a", "--ran"],
          ["watch", "--timeout", "0.1"]]
 
 
