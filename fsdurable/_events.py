@@ -61,6 +61,8 @@ TOOL_REFUSED = "tool_refused"
 CLOCK_STEP = "clock_step"  # a checkpoint time from the future: never used to judge staleness
 EVENTS_PRUNED = "events_pruned"  # retention removed day files of this node's log
 LOG_DAMAGED = "event_log_damaged"  # only in a reader's answer: part of the log could not be read
+REVIEW_ANSWERED = "review_answered"  # a human said whether a parked call ran (fsdurable review)
+REVIEW_RERUN = "review_rerun"  # a call answered "did not run" was run again, attended, same key
 
 STORE_KEY = "@store"  # the directory of events about no session (not a valid session id)
 LEGACY_KEY = "@legacy"  # this node's day files from the flat layout, moved aside at first append

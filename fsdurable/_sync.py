@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -27,6 +27,9 @@ from ._errors import InvalidState, SessionNotFound, TurnStateError, UnreadableSt
 from ._layout import NameKind, classify, validate_session_id
 from ._model import Marker, Session
 from ._store import Store
+
+if TYPE_CHECKING:
+    from ._recovery import Host, Outcome, RecoveryPolicy
 
 KEEP_NEWEST = "newest"
 KEEP_LOCAL = "local"
@@ -277,15 +280,16 @@ def _resolve_locked(store: Store, sid: str, keep: str) -> Resolution:
         if local is not None and local.error is None:
             moved.append(_preserve(store, local))
             base = local.version or 0
+            base_commit = local.session.commit_id if local.session is not None else ""
         elif local is not None:
             moved.append(_move(store, local, sid))  # unreadable: nothing to compare with
-            base = 0
+            base, base_commit = 0, ""
         else:
-            base = 0
+            base, base_commit = 0, ""
         # ConflictError if it moved meanwhile; the result is newer than every version seen, so
         # "highest version" keeps meaning "latest" on every machine the copies came from
         top = max((v.version or 0 for v in (*sess, winner)), default=0)
-        s = store.commit(winner.session, base, at_least=top + 1)
+        s = store.commit(winner.session, base, at_least=top + 1, base_commit_id=base_commit)
         version = s.version
     for v in copies:
         if not (external and v is winner):
@@ -364,7 +368,8 @@ class _LeaveForHost:
                              reason="no_loop")
 
 
-def adopt(store: Store, session_id: str, loop: Any = None, *, policy: Any = None) -> Any:
+def adopt(store: Store, session_id: str, loop: Host | None = None, *,
+          policy: RecoveryPolicy | None = None) -> Outcome:
     """Take another node's interrupted turn over (``take_over``, an ``interrupted_turn_adopted``
     event) and resume it through recovery's ``resume_one`` — under its original route lock, with
     the attempt committed before the model call, and UNATTENDED like every recovered turn (the

@@ -1,4 +1,5 @@
-"""schemas/: every file the store writes validates; the schemas accept what the codec accepts."""
+"""fsdurable/schemas/ (shipped in the wheel): every file the store writes validates; the schemas
+accept what the codec accepts."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from fsdurable._errors import UnreadableState
 from fsdurable._model import Event, LedgerEntry, Manifest, Marker, Message, Session, ToolCall
 
 from .codec_strategies import events, json_values, manifests, markers, sessions
-from .conftest import DATA, REPO
+from .conftest import DATA
 
 SETTINGS = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 KINDS = ("session", "marker", "event", "manifest")
@@ -34,7 +35,9 @@ ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 
 def _load(kind: str) -> dict[str, Any]:
-    schema: dict[str, Any] = json.loads((REPO / "schemas" / f"{kind}.schema.json").read_text())
+    from fsdurable._store_cli import schema_text  # the shipped copy, read as the CLI reads it
+
+    schema: dict[str, Any] = json.loads(schema_text(kind))
     return schema
 
 
@@ -65,12 +68,21 @@ def test_schema_is_valid_draft_2020_12_and_pins_the_current_format(kind: str) ->
 def test_only_the_current_session_format_validates() -> None:
     good = json.loads(_codec.encode_session(Session(id="s", version=1)))
     assert VALIDATORS["session"].is_valid(good)
-    for fmt in ("fsdurable.session/1", "fsdurable.session/3", "fsdurable.marker/1"):
+    for fmt in ("fsdurable.session/1", "fsdurable.session/2", "fsdurable.session/4",
+                "fsdurable.marker/1"):
         assert not VALIDATORS["session"].is_valid({**good, "format": fmt})
 
 
 def test_v1_fixture_is_not_current_but_its_migration_is() -> None:
     raw = (DATA / "session_v1.json").read_bytes()
+    assert not VALIDATORS["session"].is_valid(json.loads(raw))
+    s, migrated = _codec.parse_session(raw)
+    assert migrated
+    assert_valid("session", _codec.encode_session(s))
+
+
+def test_v2_fixture_is_not_current_but_its_migration_is() -> None:
+    raw = (DATA / "session_v2.json").read_bytes()
     assert not VALIDATORS["session"].is_valid(json.loads(raw))
     s, migrated = _codec.parse_session(raw)
     assert migrated
