@@ -26,7 +26,7 @@ import attrs
 
 from . import _events as ev
 from ._errors import FsDurableError, LockTimeout, SessionNotFound, UnreadableState
-from ._gates import VERDICTS, RecoveryPolicy, judged, verdict
+from ._gates import VERDICTS, RecoveryPolicy, judged, plan, verdict
 from ._loop import in_doubt, unanswered_calls
 from ._model import Marker, Message, Session
 from ._store import Store
@@ -94,15 +94,10 @@ def assess(store: Store, policy: RecoveryPolicy | None = None, *,
     """Dry run: each marker's verdict and age. Runs nothing, writes nothing, emits nothing
     (except that an unreadable marker is quarantined by the listing, as on every read)."""
     pol = _policy(store, policy)
-    now = store.clock()
-    out = []
-    for m in store.interrupted():
-        if select is not None and not select(m):
-            continue
-        v = verdict(m, node_id=store.node_id, now=now, policy=pol)
-        out.append(Outcome(m.session_id, m.turn_id, m.node_id, v, now - m.checkpoint_at,
-                           m.resume_attempts, "planned"))
-    return out
+    ms = [m for m in store.interrupted() if select is None or select(m)]
+    return [Outcome(p.marker.session_id, p.marker.turn_id, p.marker.node_id, p.verdict, p.age,
+                    p.marker.resume_attempts, "planned")
+            for p in plan(ms, node_id=store.node_id, now=store.clock(), policy=pol)]
 
 
 def recover(store: Store, loop: Host, policy: RecoveryPolicy | None = None, *,

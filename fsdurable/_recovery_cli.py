@@ -57,6 +57,18 @@ def _recover_args(p: argparse.ArgumentParser) -> None:
 
 @command("recover", args=_recover_args)
 def _recover(args: argparse.Namespace) -> Result:
+    if args.dry_run:  # the gates alone (stdlib): the same outcomes as recover(dry_run=True)
+        from ._gates import RecoveryPolicy, plan, planned_dict
+
+        st = open_store(args)
+        plans = plan(st.interrupted(), node_id=st.node_id, now=st.clock(),
+                     policy=RecoveryPolicy.from_config(st.config))
+        text = table([[p.marker.session_id, p.verdict, _age(p.age), str(p.marker.resume_attempts),
+                       p.marker.node_id, "planned"] for p in plans],
+                     ["session", "verdict", "age", "attempts", "node", "outcome"]
+                     ) if plans else "(no interrupted turns)"
+        rows = [planned_dict(p) for p in plans]
+        return 0, {"dry_run": True, "outcomes": rows}, text
     from ._recovery import recover
 
     st = open_store(args)
