@@ -344,7 +344,9 @@ pip install -e '.[test,plot,bench]'   # plot: matplotlib (PNGs); bench: LangGrap
 python -m bench                       # full run (minutes; builds 100k-session data sets once,
                                       # cached in $TMPDIR/fsdurable-bench-cache), then this README
 python -m bench --quick               # smoke run, under a minute (results in bench/results/tmp/)
-python -m bench.discovery             # one part: startup, discovery, commit, growth, memory
+python -m bench.discovery             # one part: startup, discovery, commit, growth, memory,
+                                      # events (the full startup part builds a clean venv
+                                      # from a wheel once, in bench/results/tmp/venv)
 python -m bench.report                # README tables and PNGs from bench/results/*.json
 ```
 
@@ -398,6 +400,8 @@ METHOD = """\
   messages; serialization throughput; writes per bursty `AgentLoop` turn with the 2 s debounce
   and without.
 - **Memory** (`bench/memory.py`): fresh processes, peak RSS and tracemalloc peak of discovery.
+- **Events** (`bench/events.py`): `store.events(session_id)` beside 10 and beside 5,000 other
+  sessions' history (20 events each, one node, one day), interleaved in one process.
 """
 
 
@@ -425,9 +429,12 @@ def notes(data: dict[str, Any]) -> str:
                 f"- **{what}** is {x(t['value'])} the floor script: it adds "
                 f"{over.get(name, float('nan')):.1f} ms to the bare interpreter against "
                 f"fsdurable's {over['fsdurable']:.1f} ms for the same listing. The difference is "
-                "the CLI's own start: its argument parser and the modules its sub-commands import "
-                "when it starts (`fsdurable/cli.py`); the listing and the verdicts themselves are "
-                "the stdlib discovery path measured above.")
+                "the CLI's own start: its argument parser (`argparse` imports `shutil` with the "
+                "compression modules, `gettext` and `locale`) and the dispatcher "
+                "(`fsdurable/cli.py`); the listing and the verdicts themselves are the stdlib "
+                "discovery path measured above (tests/test_startup_imports.py checks the CLI "
+                "imports none of the forbidden modules). An argparse-free parse of these "
+                "commands' usual shapes is the remaining step.")
     di = data.get("discovery")
     if di and not di["targets"]["vs_floor_at_largest_n"]["met"]:
         text = (
@@ -490,6 +497,20 @@ def notes(data: dict[str, Any]) -> str:
     return "\n".join(out) if out else "Every target was met in this run."
 
 
+def events(d: dict[str, Any]) -> str:
+    r = d["results"]
+    o = d["others"]
+    return (
+        f"`store.events(\"a\")` (session `a`: {d['per_session']} events) in a store where "
+        f"{o['small']} other sessions logged {d['per_session']} events each, and in one where "
+        f"{o['large']:,} did, interleaved in one process.\n\n"
+        + table(["store", "events(\"a\") median / p90 / p99", "events() (whole log)"],
+                [["small", t3(r["small"]), t3(r["small_all"])],
+                 ["large", t3(r["large"]), t3(r["large_all"])]])
+        + "\n\nThe per-session query opens `events/<node>/a/` on each node and nothing else "
+        "(docs/events.md); the whole log is read in full, by design.")
+
+
 def render(data: dict[str, Any], made: list[str]) -> str:
     parts = [INTRO, machine(data), "", "## Headline ratios", "", headlines(data), "",
              "## Where a target is missed, and why", "", notes(data), ""]
@@ -512,6 +533,8 @@ def render(data: dict[str, Any], made: list[str]) -> str:
         parts += [growth(data["growth"]), ""]
     if "memory" in data:
         parts += ["## Memory", "", memory(data["memory"]), ""]
+    if "events" in data:
+        parts += ["## Event log", "", events(data["events"]), ""]
     parts += [METHOD]
     return "\n".join(parts)
 
