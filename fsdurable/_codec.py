@@ -204,7 +204,29 @@ def dumps_small(d: dict[str, Any]) -> bytes:
 # ---------------------------------------------------------------- marker
 
 
+# Discovery reads no marker larger than this (a huge marker would slow every start); the commit
+# refuses to write one (encode_marker), so every marker a commit writes is discoverable.
+MAX_MARKER_BYTES = 1 << 20
+
+
 def encode_marker(m: Marker) -> bytes:
+    """The marker's bytes; InvalidState (nothing written) if discovery could not read them back:
+    over ``MAX_MARKER_BYTES`` (a huge ``source``, ``route_key`` or turn id) or not encodable."""
+    try:
+        data = _encode_marker(m)
+    except (ValueError, UnicodeEncodeError) as e:
+        raise InvalidState(f"marker of session {m.session_id} is not JSON: {e}",
+                           session_id=m.session_id, reason="not_json") from e
+    if len(data) > MAX_MARKER_BYTES:
+        raise InvalidState(
+            f"marker of session {m.session_id} would be {len(data)} bytes, over the "
+            f"{MAX_MARKER_BYTES} discovery reads (source {len(m.source)}, route_key "
+            f"{len(m.route_key)}, turn id {len(m.turn_id)} characters)",
+            session_id=m.session_id, reason="too_large")
+    return data
+
+
+def _encode_marker(m: Marker) -> bytes:
     return dumps_small({
         "format": MARKER_FORMAT,
         "session_id": m.session_id,

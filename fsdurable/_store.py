@@ -21,7 +21,13 @@ import attrs
 
 from . import _events as ev
 from . import _fsio
-from ._codec import encode_manifest, encode_marker, parse_manifest, parse_marker
+from ._codec import (
+    MAX_MARKER_BYTES,
+    encode_manifest,
+    encode_marker,
+    parse_manifest,
+    parse_marker,
+)
 from ._config import DEFAULT_CONFIG, Config
 from ._errors import (
     ConflictError,
@@ -357,7 +363,8 @@ class Store:
         """Read and parse a marker (cached by stat); UnreadableState if it is bad."""
         path = self.layout.marker(sid)
         try:
-            data, st = _fsio.read_bounded(path, min(self.config.max_file_bytes, 1 << 20))
+            data, st = _fsio.read_bounded(path, min(self.config.max_file_bytes,
+                                                    MAX_MARKER_BYTES))
         except FileNotFoundError:
             return None
         m = parse_marker(data, path=path, session_id=sid)
@@ -416,9 +423,10 @@ class Store:
                 f"session {sid!r} would be {len(data)} bytes, over max_file_bytes "
                 f"({self.config.max_file_bytes}): compact it", session_id=sid,
                 reason="too_large")
+        mdata = encode_marker(m) if m is not None else b""  # InvalidState before any write
         mpath = self.layout.marker(sid)
         if m is not None:
-            mst = _fsio.write_atomic(mpath, encode_marker(m), durable=self._durable)
+            mst = _fsio.write_atomic(mpath, mdata, durable=self._durable)
             with self._mu:
                 self._marks[sid] = (_key(mst), m)
         st = _fsio.write_atomic(self.layout.session(sid), data, durable=self._durable)
