@@ -11,7 +11,7 @@ import pytest
 
 import fsdurable
 from fsdurable import InvalidState
-from fsdurable._codec import MAX_MARKER_BYTES
+from fsdurable._discovery import MARKER_MAX_BYTES as MAX_MARKER_BYTES
 
 HUGE = "x" * (MAX_MARKER_BYTES + 1)
 
