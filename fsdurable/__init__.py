@@ -17,6 +17,7 @@ _EXPORTS = {
     "Config": "._config",
     "DEFAULT_CONFIG": "._config",
     "ConflictError": "._errors",
+    "DurabilityUnknown": "._errors",
     "FsDurableError": "._errors",
     "InvalidSessionId": "._errors",
     "InvalidState": "._errors",
@@ -81,6 +82,7 @@ if TYPE_CHECKING:
     from ._doctor import Finding, doctor
     from ._errors import (
         ConflictError,
+        DurabilityUnknown,
         FsDurableError,
         InvalidSessionId,
         InvalidState,

@@ -12,7 +12,7 @@ a temp file beside the target (``~<name>.<random>.tmp``, a name Dropbox, Nextclo
 fsynced. When it returns, the new content survives a power cut. If it raises before the rename,
 the old content is still under the target name and the temp file is removed; if only the final
 directory fsync fails (EIO), the rename has happened but its durability is unknown — the caller
-sees a StorageError and must re-read before retrying (the commit's compare-and-swap does).
+sees ``DurabilityUnknown`` (a StorageError carrying the new file's stat): the change is made.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from atomicwrites import AtomicWriter
 
-from ._errors import StorageError, UnreadableState
+from ._errors import DurabilityUnknown, StorageError, UnreadableState
 from ._layout import TEMP_SUFFIX, temp_prefix
 
 Recorder = Callable[[str, tuple[Any, ...]], None]
@@ -153,7 +153,6 @@ class _Writer(AtomicWriter):  # type: ignore[misc]
             _fsync_fd(f.fileno())
 
     def commit(self, f: IO[bytes]) -> None:
-        directory = os.path.dirname(self._path)
         if self._overwrite:
             _rec("rename", self._tmp, self._path)
             os.replace(self._tmp, self._path)
@@ -162,10 +161,9 @@ class _Writer(AtomicWriter):  # type: ignore[misc]
             os.link(self._tmp, self._path)  # fails if the target exists: no overwrite
             _rec("unlink", self._tmp)
             os.unlink(self._tmp)
-        # the stat of OUR inode after the rename (which changed its ctime), race-free
+        # the stat of OUR inode after the rename (which changed its ctime), race-free; the
+        # directory fsync follows in write_atomic (a failure there is DurabilityUnknown)
         self.final = os.fstat(self._keep)
-        if self._durable:
-            fsync_dir(directory)
 
     def close_keep(self) -> None:
         if self._keep >= 0:
@@ -193,10 +191,20 @@ def write_atomic(
             with writer.open() as f:
                 _rec("write", writer._tmp, data)
                 f.write(data)
-            assert writer.final is not None
-            return writer.final
+            final = writer.final
+            assert final is not None
         finally:
             writer.close_keep()
+    if durable:
+        try:
+            fsync_dir(os.path.dirname(path))
+        except OSError as e:  # renamed already: the new content is in place, not proven durable
+            name = errno.errorcode.get(e.errno or 0, str(e.errno))
+            raise DurabilityUnknown(
+                f"{path} was replaced, but the directory fsync failed ({e.strerror or name}): "
+                "the new content is in place and may not survive a power cut",
+                path=path, reason=name, errno=e.errno, stat=final) from e
+    return final
 
 
 def read_bounded(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:

@@ -21,6 +21,7 @@ from . import _events as ev
 from ._config import DEFAULT_CONFIG, Config
 from ._errors import (
     ConflictError,
+    DurabilityUnknown,
     FsDurableError,
     InvalidState,
     SessionNotFound,
@@ -444,14 +445,33 @@ class Store:
                     f"turn id {len(m.turn_id)} characters)", session_id=sid, reason="too_large")
         mpath = self.layout.marker(sid)
         if m is not None:
-            mst = _fsio.write_atomic(mpath, mdata, durable=self._durable)
+            try:
+                mst = _fsio.write_atomic(mpath, mdata, durable=self._durable)
+            except DurabilityUnknown as e:  # the marker is in place; the session is not written
+                with self._mu:
+                    self._marks[sid] = (_key(e.stat), m)
+                raise StorageError(f"session {sid!r} was not committed: {e.message}",
+                                   path=mpath, session_id=sid, reason=e.reason,
+                                   errno=e.errno) from e
             with self._mu:
                 self._marks[sid] = (_key(mst), m)
-        st = _fsio.write_atomic(self.layout.session(sid), data, durable=self._durable)
+        try:
+            st = _fsio.write_atomic(self.layout.session(sid), data, durable=self._durable)
+        except DurabilityUnknown as e:  # renamed: committed, say so (the caller never retries)
+            with self._mu:
+                self._seen[sid] = _Seen(e.stat, s)
+            e.session, e.session_id = s, sid
+            e.message = (f"session {sid!r} was committed at version {s.version} (err.session), "
+                         f"but {e.message}")
+            raise
         with self._mu:
             self._seen[sid] = _Seen(st, s)
+        # committed (the session's rename and its directory fsync are done): from here nothing
+        # raises as if it had not. A marker the disk refuses to remove is an orphan, the harmless
+        # reverse gap recovery and doctor repair.
         if not s.in_progress and _fsio.lstat(mpath) is not None:
-            _fsio.unlink(mpath, durable=self._durable)
+            with contextlib.suppress(OSError):
+                _fsio.unlink(mpath, durable=self._durable)
             with self._mu:
                 self._marks.pop(sid, None)
         return s
