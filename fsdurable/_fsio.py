@@ -48,6 +48,11 @@ try:
     _F_FULLFSYNC: int | None = getattr(fcntl, "F_FULLFSYNC", None)
 except ImportError:  # Windows
     _F_FULLFSYNC = None
+# link() errors meaning "this filesystem has no hard links" (exFAT through FUSE: EPERM)
+_NO_HARD_LINKS = frozenset(
+    e for e in (errno.EPERM, errno.ENOTSUP, getattr(errno, "EOPNOTSUPP", None), errno.ENOSYS,
+                errno.EMLINK) if e is not None
+)
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 
@@ -157,13 +162,31 @@ class _Writer(AtomicWriter):  # type: ignore[misc]
             _rec("rename", self._tmp, self._path)
             os.replace(self._tmp, self._path)
         else:
-            _rec("link", self._tmp, self._path)
-            os.link(self._tmp, self._path)  # fails if the target exists: no overwrite
-            _rec("unlink", self._tmp)
-            os.unlink(self._tmp)
+            try:
+                _rec("link", self._tmp, self._path)
+                os.link(self._tmp, self._path)  # fails if the target exists: no overwrite
+            except OSError as e:
+                if e.errno not in _NO_HARD_LINKS:
+                    raise
+                self._claim_then_rename()
+            else:
+                _rec("unlink", self._tmp)
+                os.unlink(self._tmp)
         # the stat of OUR inode after the rename (which changed its ctime), race-free; the
         # directory fsync follows in write_atomic (a failure there is DurabilityUnknown)
         self.final = os.fstat(self._keep)
+
+    def _claim_then_rename(self) -> None:
+        """Create-if-absent where hard links do not exist (exFAT, FAT, some network and FUSE
+        filesystems): claim the name with O_EXCL (FileExistsError if taken), then rename the
+        written temp file over the empty claim. A crash between the two leaves an empty file
+        under the name, which readers judge unreadable (never a half-written one)."""
+        _rec("create", self._path)
+        fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC,
+                     FILE_MODE)
+        os.close(fd)
+        _rec("rename", self._tmp, self._path)
+        os.replace(self._tmp, self._path)
 
     def close_keep(self) -> None:
         if self._keep >= 0:
@@ -350,6 +373,40 @@ def list_names(path: str) -> list[str]:
             return [e.name for e in it]
     except FileNotFoundError:
         return []
+
+
+# Filesystems that cannot keep POSIX modes: every entry shows the mount's mask whatever chmod
+# says (FAT, exFAT; "fuseblk" is exFAT or NTFS through FUSE, mounted without permissions).
+_NO_MODES_FS = frozenset({"vfat", "msdos", "exfat", "fuseblk", "fuse.exfat", "fuse.ntfs-3g"})
+_holds_modes: dict[int, bool] = {}
+
+
+def holds_modes(path: str) -> bool:
+    """Can the filesystem holding ``path`` keep a file mode (0600/0700)? Where it cannot, a wide
+    mode is the mount's doing, not a problem to report or repair. Linux: the filesystem type from
+    ``/proc/self/mountinfo`` (matched by device number); elsewhere True."""
+    try:
+        dev = os.lstat(path).st_dev
+    except OSError:
+        return True
+    got = _holds_modes.get(dev)
+    if got is None:
+        got = _fs_type(dev) not in _NO_MODES_FS
+        _holds_modes[dev] = got
+    return got
+
+
+def _fs_type(dev: int) -> str | None:
+    want = f"{os.major(dev)}:{os.minor(dev)}"
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 3 and fields[2] == want and "-" in fields:
+                    return fields[fields.index("-") + 1]
+    except OSError:
+        pass
+    return None
 
 
 def chmod(path: str, mode: int) -> None:
