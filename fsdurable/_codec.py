@@ -184,9 +184,12 @@ def encode_session(s: Session) -> bytes:
         opening = head[:-1] + b',"messages":'
         closing = b"]" + (b"," + tail[1:] if len(tail) > 2 else b"}") + b"\n"
         return _message_cache.encode(s.id, s.messages, opening, closing)
-    except TypeError as e:
+    except TypeError as e:  # orjson: not serialisable, over 64 bits, nested over 255 levels
         raise InvalidState(f"session {s.id} is not JSON-serialisable: {e}", session_id=s.id,
                            reason="not_json") from e
+    except RecursionError as e:  # nested deeper than Python can walk (cattrs, attrs)
+        raise InvalidState(f"session {s.id} is nested too deep to store", session_id=s.id,
+                           reason="too_deep") from e
 
 
 class _MessageCache:

@@ -32,9 +32,12 @@ Recorder = Callable[[str, tuple[Any, ...]], None]
 _recorder: Recorder | None = None
 
 # Errors the disk gives that a caller can do nothing about but report: they become StorageError.
+# EISDIR/ENOTDIR/ENOTEMPTY: a directory (or a file) planted where the other belongs, e.g. a
+# directory at markers/<id>.json that no rename can replace.
 _STORAGE_ERRNOS = frozenset(
     e for e in (errno.ENOSPC, errno.EIO, errno.EACCES, errno.EPERM, errno.EROFS,
-                getattr(errno, "EDQUOT", None)) if e is not None
+                getattr(errno, "EDQUOT", None), errno.EISDIR, errno.ENOTDIR, errno.ENOTEMPTY)
+    if e is not None
 )
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -367,9 +370,10 @@ def append_line(path: str, line: bytes, *, durable: bool = True) -> None:
 
 
 def list_names(path: str) -> list[str]:
-    """One listing of a directory (``os.scandir``); [] if it does not exist."""
+    """One listing of a directory (``os.scandir``); [] if it does not exist. StorageError if the
+    disk refuses it (a directory at mode 0000: EACCES; a file in its place: ENOTDIR)."""
     try:
-        with os.scandir(path) as it:
+        with storage_errors(path, "list"), os.scandir(path) as it:
             return [e.name for e in it]
     except FileNotFoundError:
         return []
