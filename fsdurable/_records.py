@@ -121,7 +121,7 @@ def defaults(cls: T) -> T:
 class Marker(Record):
     """Index record of one interrupted turn (``markers/<session_id>.json``): enough to gate the
     turn (age, attempts, owner node, route) without reading its session. ``route_key`` is the
-    TURN's route (``Turn.route_key``, the lock it started under), the lock a resume takes."""
+    TURN's route (``Turn.route_key``), the lock a resume must take."""
 
     _fields = ("session_id", "turn_id", "session_version", "node_id", "route_key", "source",
                "started_at", "checkpoint_at", "resume_attempts")

@@ -9,7 +9,7 @@ chmod says) and timestamps are coarse (whole seconds here, 2 s on the disk).
 gives each test a fresh directory on it. Needs root, ``losetup``, ``mkfs.exfat`` (exfatprogs),
 ``mount.exfat-fuse`` (exfat-fuse) and ``/dev/fuse``: where any is missing the tests skip with the
 reason — except under ``CI=true``, where CI must have installed them, so a skip is a failure.
-Debian: ``apt-get install exfat-fuse exfatprogs`` (CI's ``.ci/run`` does it; tests never do).
+Debian packages ``exfat-fuse`` and ``exfatprogs`` (CI's ``.ci/run`` installs them; tests never do).
 """
 
 from __future__ import annotations
@@ -23,15 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import skip_or_fail  # the one skip policy: a skip fails under CI=true
+
 TOOLS = {"losetup": "util-linux", "mkfs.exfat": "exfatprogs", "mount.exfat-fuse": "exfat-fuse",
          "umount": "util-linux"}
-
-
-def skip_or_fail(reason: str) -> None:
-    """Skip with ``reason``; under CI=true fail instead (CI can never pass by skipping)."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"CI=true and {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 def _run(*cmd: str) -> str:
@@ -46,7 +41,7 @@ def exfat_mount(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     missing = [f"{t} ({pkg})" for t, pkg in TOOLS.items() if shutil.which(t) is None]
     if missing:
         skip_or_fail(f"exFAT tests need {', '.join(missing)}: "
-                     "apt-get install exfat-fuse exfatprogs")
+                     "the Debian packages exfat-fuse and exfatprogs (.ci/run installs them)")
     if os.geteuid() != 0:
         skip_or_fail("exFAT tests need root (losetup and mount of a loop device)")
     if not os.path.exists("/dev/fuse"):

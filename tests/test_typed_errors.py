@@ -19,8 +19,7 @@ import pytest
 
 import fsdurable
 from fsdurable import FsDurableError, InvalidState, StorageError
-from tests.conftest import PYTHON, REPO, subprocess_env
-from tests.exfat import skip_or_fail
+from tests.conftest import PYTHON, REPO, skip_or_fail, subprocess_env
 from tests.torture.faults import no_caps_prefix
 
 
