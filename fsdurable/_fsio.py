@@ -401,6 +401,8 @@ def holds_modes(path: str) -> bool:
 
 
 def _fs_type(dev: int) -> str | None:
+    if not hasattr(os, "major"):  # Windows: no mountinfo; modes mean little there anyway
+        return None
     want = f"{os.major(dev)}:{os.minor(dev)}"
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:

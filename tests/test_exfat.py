@@ -46,6 +46,9 @@ def test_the_mount_is_what_the_tests_claim(exfat_dir: Path) -> None:
         os.link(a, exfat_dir / "hard")  # no hard links
     os.chmod(a, 0o600)
     assert os.stat(a).st_mode & 0o777 != 0o600  # modes are the mount's mask
+    from fsdurable._fsio import holds_modes
+
+    assert not holds_modes(str(a)) and holds_modes(str(REPO))
 
 
 def test_init_works_without_hard_links(exfat_dir: Path, tmp_path: Path) -> None:
