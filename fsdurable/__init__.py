@@ -18,6 +18,7 @@ _EXPORTS = {
     "DEFAULT_CONFIG": "._config",
     "ConflictError": "._errors",
     "FsDurableError": "._errors",
+    "HostError": "._errors",
     "InvalidSessionId": "._errors",
     "InvalidState": "._errors",
     "LockTimeout": "._errors",
@@ -82,6 +83,7 @@ if TYPE_CHECKING:
     from ._errors import (
         ConflictError,
         FsDurableError,
+        HostError,
         InvalidSessionId,
         InvalidState,
         LockTimeout,
