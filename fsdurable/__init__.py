@@ -46,6 +46,7 @@ _EXPORTS = {
     "ToolContext": "._tools",
     "tool": "._tools",
     "Host": "._recovery",
+    "arecover": "._recovery",
     "Outcome": "._recovery",
     "RecoveryPolicy": "._recovery",
     "RecoveryReport": "._recovery",
@@ -95,7 +96,15 @@ if TYPE_CHECKING:
     from ._layout import validate_session_id
     from ._loop import AgentLoop, TurnResult
     from ._model import Event, LedgerEntry, Marker, Message, Session, ToolCall, Turn
-    from ._recovery import Host, Outcome, RecoveryPolicy, RecoveryReport, recover, resume_one
+    from ._recovery import (
+        Host,
+        Outcome,
+        RecoveryPolicy,
+        RecoveryReport,
+        arecover,
+        recover,
+        resume_one,
+    )
     from ._store import Store, default_root
     from ._sync import Resolution, adopt, conflict_copies, foreign_turns, resolve, take_over
     from ._tools import Reply, ScriptedModel, Tool, ToolContext, tool
