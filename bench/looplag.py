@@ -36,7 +36,7 @@ def _prepare(root: str) -> Any:
 
     import fsdurable
 
-    cfg = attrs.evolve(fsdurable.Config(), checkpoint_debounce=0.0)
+    cfg = fsdurable.Config(checkpoint_debounce=0.0)
     store = fsdurable.Store(root, config=cfg)
     filler = "x" * (PAYLOAD // 8 - 64)
     for i in range(SESSIONS):

@@ -118,7 +118,7 @@ class _AsyncIO:
 
         return await run_sync(fn, *args, **kw)
 
-    async def _call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    async def _call(self, fn: Callable[..., Any], /, *args: Any, **kw: Any) -> Any:
         out = fn(*args, **kw) if is_async(fn) else await self.disk(fn, *args, **kw)
         return await out if inspect.isawaitable(out) else out
 

@@ -20,7 +20,7 @@ def test_a_wall_clock_step_back_does_not_stop_checkpoints(root: Path) -> None:
     back 1 h right after the turn starts; the tools keep taking longer than the debounce, so
     every tool batch must still be checkpointed (on the wall clock none would be for an hour)."""
     wall = [1_000_000.0]
-    cfg = attrs.evolve(Config(), checkpoint_debounce=0.05)
+    cfg = Config(checkpoint_debounce=0.05)
     store = Store(root, config=cfg, clock=lambda: wall[0])
     store.create("s")
     versions: list[int] = []
