@@ -11,7 +11,8 @@ Workload (issue 10 §1), run twice side by side, alternating, in one process:
 
 ``async``: ``await loop.arun(...)`` and ``AsyncStore.lock`` (commits and lock waits off the loop).
 ``sync``: the same work through the sync API called from coroutines (``loop.run``, ``store.lock``)
-— what a host does today without the async surface. Target: p99 lag ≤ 5 ms for ``async``.
+— what a host does today without the async surface. ``idle``: the heartbeat alone (the machine's
+noise floor). Target: p99 lag ≤ 5 ms for ``async``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ._harness import environment, log, script_main, stats, write_result
 SESSIONS = 8
 PAYLOAD = 64 * 1024
 HOLD = 0.1  # seconds the other thread holds the route lock
+IDLE = 0.2  # seconds of an idle round (the heartbeat alone: the noise floor of the machine)
 
 
 def _prepare(root: str) -> Any:
@@ -104,7 +106,11 @@ async def _round(store: Any, loops: Any, mode: str, rnd: int) -> list[float]:
 
     hb = asyncio.create_task(heartbeat())
     await asyncio.sleep(0.01)
-    await asyncio.gather(waiter(), *(turn(i) for i in range(SESSIONS)))
+    if mode == "idle":  # the machine's own noise: the heartbeat alone, as long as a round
+        await asyncio.sleep(IDLE)
+        await asyncio.to_thread(held.wait, 10)
+    else:
+        await asyncio.gather(waiter(), *(turn(i) for i in range(SESSIONS)))
     stop.set()
     await hb
     await asyncio.to_thread(t.join, 10)
@@ -119,10 +125,11 @@ def run(quick: bool, out: str) -> dict[str, Any]:
         env = environment(base)
         store = _prepare(os.path.join(base, "store"))
         loops = _loop(store)
-        lags: dict[str, list[float]] = {"async": [], "sync": []}
-        walls: dict[str, list[float]] = {"async": [], "sync": []}
+        modes = ("idle", "async", "sync")
+        lags: dict[str, list[float]] = {m: [] for m in modes}
+        walls: dict[str, list[float]] = {m: [] for m in modes}
         for r in range(rounds):
-            for mode in (("async", "sync") if r % 2 == 0 else ("sync", "async")):
+            for mode in (modes if r % 2 == 0 else modes[::-1]):
                 t0 = time.perf_counter()
                 lags[mode] += asyncio.run(_round(store, loops, mode, r))
                 walls[mode].append(time.perf_counter() - t0)
@@ -137,7 +144,7 @@ def run(quick: bool, out: str) -> dict[str, Any]:
             "targets": {"async_p99_lag": {"target": "p99 heartbeat lag <= 5 ms", "value": p99,
                                          "met": p99 <= 0.005}},
         }
-        for m in ("async", "sync"):
+        for m in modes:
             lag = res[m]["lag"]
             log(f"{m:5}: lag median {lag['median'] * 1e3:.2f} ms, p99 {lag['p99'] * 1e3:.2f} ms,"
                 f" max {max(lags[m]) * 1e3:.1f} ms (n={lag['n']}); round "
