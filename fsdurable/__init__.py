@@ -34,6 +34,7 @@ _EXPORTS = {
     "ToolCall": "._model",
     "Turn": "._model",
     "Store": "._store",
+    "AsyncStore": "._async",
     "default_root": "._store",
     "validate_session_id": "._layout",
     "Finding": "._doctor",
@@ -79,6 +80,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from ._async import AsyncStore as AsyncStore
     from ._config import DEFAULT_CONFIG, Config
     from ._doctor import Finding, doctor
     from ._errors import (
