@@ -247,12 +247,13 @@ class AgentLoop:
             route = got
 
     def _begin(self, session_id: str, content: str | None, route: str) -> Session | str:
-        """Begin the turn if the session's route is still ``route`` (held by the caller); else
-        the route it has now, to take instead."""
+        """Begin the turn under ``route`` (the lock the caller holds; it stays the turn's route
+        whatever the session's field says later), unless the session was re-routed before the
+        lock was taken: then the route to take instead."""
         current = self.store.load(session_id).route_key
         if current != route:
             return current
-        return self.store.begin_turn(session_id, content)
+        return self.store.begin_turn(session_id, content, route_key=route)
 
     def cancel(self, session_id: str) -> Session:
         """Cancel the session's turn: flush its pending checkpoint, commit it not in progress

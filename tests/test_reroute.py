@@ -79,3 +79,39 @@ def test_a_live_turn_rerouted_midway_is_never_resumed(tmp_path: Path, root: Path
     s = store.load("s")
     assert not s.in_progress and s.route_key == "chan:new" and s.messages[-1].content == "live done"
     assert "interrupted_turn_resuming" not in [e.code for e in store.events("s")]
+
+
+def test_a_route_change_between_the_check_and_begin_turn_keeps_the_held_route(root: Path) -> None:
+    """The check-then-begin gap of ``run``: the route is patched after the loop checked it under
+    the lock and before ``begin_turn`` committed. The turn's route must be the lock the run
+    holds, not the new field (else recovery could take the free new route mid-turn)."""
+    store = fsdurable.Store(root)
+    other = fsdurable.Store(root)  # another writer
+    store.create("s", route_key="chan:old")
+    real = store.begin_turn
+
+    def racing(session_id: str, content: str | None = None, **kw: object) -> fsdurable.Session:
+        other.patch(session_id, lambda s: attrs.evolve(s, route_key="chan:new"))
+        return real(session_id, content, **kw)  # type: ignore[arg-type]
+
+    store.begin_turn = racing  # type: ignore[method-assign]
+    seen: list[str] = []
+
+    def probe(ctx: object) -> str:
+        s = other.load("s")
+        assert s.turn is not None
+        seen.append(s.turn.route_key)
+        try:
+            with other.lock(s.turn.route_key, timeout=0):
+                seen.append("free")
+        except fsdurable.LockTimeout:
+            seen.append("held")
+        return "ok"
+
+    from fsdurable import Reply, Tool
+    from fsdurable._tools import call
+
+    loop = AgentLoop(store, ScriptedModel([Reply("", [call("probe", "p1")])]),
+                     [Tool("probe", probe)])
+    assert loop.run("s", "go").status == "completed"
+    assert seen == ["chan:old", "held"]
