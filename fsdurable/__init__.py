@@ -19,6 +19,7 @@ _EXPORTS = {
     "ConflictError": "._errors",
     "DurabilityUnknown": "._errors",
     "FsDurableError": "._errors",
+    "HostError": "._errors",
     "InvalidSessionId": "._errors",
     "InvalidState": "._errors",
     "LockTimeout": "._errors",
@@ -47,6 +48,7 @@ _EXPORTS = {
     "ToolContext": "._tools",
     "tool": "._tools",
     "Host": "._recovery",
+    "arecover": "._recovery",
     "Outcome": "._recovery",
     "RecoveryPolicy": "._gates",
     "RecoveryReport": "._recovery",
@@ -87,6 +89,7 @@ if TYPE_CHECKING:  # explicit re-exports (`X as X`): mypy --strict users see the
     from ._errors import ConflictError as ConflictError
     from ._errors import DurabilityUnknown as DurabilityUnknown
     from ._errors import FsDurableError as FsDurableError
+    from ._errors import HostError as HostError
     from ._errors import InvalidSessionId as InvalidSessionId
     from ._errors import InvalidState as InvalidState
     from ._errors import LockTimeout as LockTimeout
@@ -108,6 +111,7 @@ if TYPE_CHECKING:  # explicit re-exports (`X as X`): mypy --strict users see the
     from ._recovery import Host as Host
     from ._recovery import Outcome as Outcome
     from ._recovery import RecoveryReport as RecoveryReport
+    from ._recovery import arecover as arecover
     from ._recovery import recover as recover
     from ._recovery import resume_one as resume_one
     from ._store import Store as Store
