@@ -196,6 +196,14 @@ def node_id() -> str:
     try:
         _fsio.write_atomic(path, value.encode() + b"\n", overwrite=False)
     except FileExistsError:  # another process created it first: theirs wins
-        with open(path, encoding="ascii") as f:
-            value = f.read(200).strip()
+        import time
+
+        for _ in range(50):
+            with open(path, encoding="ascii", errors="replace") as f:
+                theirs = f.read(200).strip()
+            if _ID_RE.fullmatch(theirs):
+                return theirs
+            time.sleep(0.02)  # an empty claim (no hard links): its writer renames it in soon
+        # still empty or garbage: the leftover of a crash, not a live writer: replace it
+        _fsio.write_atomic(path, value.encode() + b"\n")
     return value
