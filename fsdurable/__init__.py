@@ -25,9 +25,9 @@ _EXPORTS = {
     "StorageError": "._errors",
     "TurnStateError": "._errors",
     "UnreadableState": "._errors",
-    "Event": "._model",
+    "Event": "._records",
     "LedgerEntry": "._model",
-    "Marker": "._model",
+    "Marker": "._records",
     "Message": "._model",
     "Session": "._model",
     "ToolCall": "._model",
@@ -46,7 +46,7 @@ _EXPORTS = {
     "tool": "._tools",
     "Host": "._recovery",
     "Outcome": "._recovery",
-    "RecoveryPolicy": "._recovery",
+    "RecoveryPolicy": "._gates",
     "RecoveryReport": "._recovery",
     "recover": "._recovery",
     "resume_one": "._recovery",
@@ -90,19 +90,19 @@ if TYPE_CHECKING:  # explicit re-exports (`X as X`): mypy --strict users see the
     from ._errors import StorageError as StorageError
     from ._errors import TurnStateError as TurnStateError
     from ._errors import UnreadableState as UnreadableState
+    from ._gates import RecoveryPolicy as RecoveryPolicy
     from ._layout import validate_session_id as validate_session_id
     from ._loop import AgentLoop as AgentLoop
     from ._loop import TurnResult as TurnResult
-    from ._model import Event as Event
     from ._model import LedgerEntry as LedgerEntry
-    from ._model import Marker as Marker
     from ._model import Message as Message
     from ._model import Session as Session
     from ._model import ToolCall as ToolCall
     from ._model import Turn as Turn
+    from ._records import Event as Event
+    from ._records import Marker as Marker
     from ._recovery import Host as Host
     from ._recovery import Outcome as Outcome
-    from ._recovery import RecoveryPolicy as RecoveryPolicy
     from ._recovery import RecoveryReport as RecoveryReport
     from ._recovery import recover as recover
     from ._recovery import resume_one as resume_one

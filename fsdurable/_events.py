@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import _fsio
-from ._codec import encode_event, parse_event
 from ._errors import FsDurableError, UnreadableState
-from ._model import Event
+from ._recordcodec import encode_event, parse_event
+from ._records import Event
 
 # Event codes (the names hosts match on).
 TURN_STARTED = "turn_started"
@@ -39,6 +39,7 @@ CONFLICT_RESOLVED = "conflict_resolved"
 TOOL_REFUSED = "tool_refused"
 REVIEW_ANSWERED = "review_answered"  # a human said whether a parked call ran (fsdurable review)
 REVIEW_RERUN = "review_rerun"  # a call answered "did not run" was run again, attended, same key
+CLOCK_STEP = "clock_step"  # a checkpoint time from the future: never used to judge staleness
 
 Subscriber = Callable[[Event], None]
 

@@ -10,18 +10,14 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import attrs
-
+from . import _discovery, _fsio
 from . import _events as ev
-from . import _fsio
-from ._codec import encode_manifest, encode_marker, parse_manifest, parse_marker
 from ._config import DEFAULT_CONFIG, Config
 from ._errors import (
     ConflictError,
@@ -33,10 +29,26 @@ from ._errors import (
     UnreadableState,
 )
 from ._layout import Layout, new_id, own_id, state_dir, validate_session_id
-from ._model import Event, Manifest, Marker, Message, Session, Turn
+from ._recordcodec import encode_manifest, encode_marker, parse_manifest
+from ._records import Event, Manifest, Marker
 
 if TYPE_CHECKING:
+    from ._model import Session
     from ._watch import Change, StopEvent
+
+# Opening a store and listing its markers imports only the standard library (DESIGN.md "Layers",
+# tests/test_startup_imports.py): attrs, the model and the session codec are imported where a
+# session is read or built.
+_T = TypeVar("_T")
+
+
+def _evolve(inst: _T, **changes: Any) -> _T:
+    """``attrs.evolve``, with attrs imported on first use (off the startup path)."""
+    import attrs
+
+    new: _T = attrs.evolve(inst, **changes)  # type: ignore[misc]
+    return new
+
 
 StatKey = tuple[int, int, int, int, int]
 # A file's stat is trusted as "unchanged since we read or wrote it" only once its mtime is older
@@ -308,20 +320,24 @@ class Store:
         ``read_marker``). One the disk refuses to read (EACCES, EIO) is left in place with an
         ``interrupted_turn_skipped`` event. Oldest checkpoint first.
         """
+        listing = _discovery.scan(self.layout, _discovery.marker_cap(self.config.max_file_bytes))
         out = []
-        for name in _fsio.list_names(self.layout.markers):
-            sid = own_id(name)
-            if sid is None:
-                continue
-            try:
-                m = self.read_marker(sid)
-            except StorageError as e:  # EACCES/EIO on one marker: kept, not run, reported
-                self.emit(ev.SKIPPED, session_id=sid, reason="unreadable", cause=e.reason,
+        for m, st in listing.markers:
+            with self._mu:
+                self._marks[m.session_id] = (_key(st), m)
+            out.append(m)
+        repaired = False
+        for sid, err in listing.bad:
+            if isinstance(err, StorageError):  # EACCES/EIO on one marker: kept, not run, reported
+                self.emit(ev.SKIPPED, session_id=sid, reason="unreadable", cause=err.reason,
                           path=self.layout.marker(sid))
                 continue
-            if m is not None:
-                out.append(m)
-        out.sort(key=lambda m: (m.checkpoint_at, m.session_id))
+            rebuilt = self.read_marker(sid)  # quarantined, rebuilt if its session is in progress
+            if rebuilt is not None:
+                out.append(rebuilt)
+                repaired = True
+        if repaired:
+            out.sort(key=lambda m: (m.checkpoint_at, m.session_id))
         return out
 
     def read_marker(self, sid: str) -> Marker | None:
@@ -357,12 +373,11 @@ class Store:
 
     def _marker_raw(self, sid: str) -> Marker | None:
         """Read and parse a marker (cached by stat); UnreadableState if it is bad."""
-        path = self.layout.marker(sid)
-        try:
-            data, st = _fsio.read_bounded(path, min(self.config.max_file_bytes, 1 << 20))
-        except FileNotFoundError:
+        got = _discovery.read_marker(self.layout, sid,
+                                     _discovery.marker_cap(self.config.max_file_bytes))
+        if got is None:
             return None
-        m = parse_marker(data, path=path, session_id=sid)
+        m, st = got
         with self._mu:
             self._marks[sid] = (_key(st), m)
         return m
@@ -396,7 +411,7 @@ class Store:
                 session_id=sid, path=self.layout.session(sid), reason="version_mismatch",
                 expected=base, actual=disk,
             )
-        s = attrs.evolve(new, version=max(base + 1, at_least), updated_at=self.clock())
+        s = _evolve(new, version=max(base + 1, at_least), updated_at=self.clock())
         data = encode_session(s)
         if len(data) > self.config.max_file_bytes:  # it could never be read back
             raise InvalidState(
@@ -441,7 +456,9 @@ class Store:
         if (cur is not None and same_turn and cur.node_id == node
                 and cur.route_key == s.route_key and cur.source == s.source
                 and cur.resume_attempts == turn.resume_attempts
-                and turn.checkpoint_at - cur.checkpoint_at < self.config.marker_refresh):
+                # a marker time ahead of the turn's (the clock stepped back since) is rewritten:
+                # else the gate would judge the turn by a time from the future
+                and 0 <= turn.checkpoint_at - cur.checkpoint_at < self.config.marker_refresh):
             return None
         return Marker.of(s, node)
 
@@ -459,6 +476,8 @@ class Store:
     def create(self, session_id: str | None = None, *, source: str = "api",
                route_key: str | None = None, metadata: dict[str, Any] | None = None) -> Session:
         """Create a new, idle session (ConflictError if the id is taken)."""
+        from ._model import Session
+
         sid = validate_session_id(session_id) if session_id is not None else new_id()
         now = self.clock()
         s = Session(id=sid, created_at=now, updated_at=now, source=source,
@@ -472,6 +491,8 @@ class Store:
 
     def patch(self, session_id: str, fn: Callable[[Session], Session]) -> Session:
         """Read-modify-write under the session's commit lock: ``fn(current) -> new``."""
+        from ._model import Session
+
         sid = validate_session_id(session_id)
         with self._commit_lock(sid):
             cur = self.load(sid)
@@ -506,6 +527,8 @@ class Store:
     def begin_turn(self, session_id: str, content: str | None = None, *, role: str = "user",
                    turn_id: str | None = None) -> Session:
         """Start a turn: commit in progress (marker first) BEFORE any model call."""
+        from ._model import Message, Turn
+
         tid = turn_id or new_id()
 
         def start(s: Session) -> Session:
@@ -514,7 +537,7 @@ class Store:
                                      session_id=s.id, reason="in_progress")
             now = self.clock()
             msgs = s.messages + ((Message(role, content),) if content is not None else ())
-            return attrs.evolve(s, in_progress=True, messages=msgs,
+            return _evolve(s, in_progress=True, messages=msgs,
                                 turn=Turn(id=tid, started_at=now, checkpoint_at=now))
 
         s = self.patch(session_id, start)
@@ -527,17 +550,19 @@ class Store:
         if turn is None:
             raise TurnStateError(f"session {session.id!r} has no turn in progress",
                                  session_id=session.id, reason="not_in_progress")
-        t = attrs.evolve(turn, checkpoint_at=self.clock(), phase=phase or turn.phase)
-        return self.commit(attrs.evolve(session, turn=t), session.version)
+        t = _evolve(turn, checkpoint_at=self.clock(), phase=phase or turn.phase)
+        return self.commit(_evolve(session, turn=t), session.version)
 
     def end_turn(self, session: Session, reply: str | None = None) -> Session:
         """Finish the turn: commit not in progress (marker removed after the session)."""
+        from ._model import Message
+
         turn = session.turn
         if turn is None:
             raise TurnStateError(f"session {session.id!r} has no turn in progress",
                                  session_id=session.id, reason="not_in_progress")
         msgs = session.messages + ((Message("assistant", reply),) if reply is not None else ())
-        s = self.commit(attrs.evolve(session, in_progress=False, turn=None, messages=msgs),
+        s = self.commit(_evolve(session, in_progress=False, turn=None, messages=msgs),
                         session.version)
         self.emit(ev.TURN_COMPLETED, session_id=s.id, turn_id=turn.id)
         return s
@@ -562,7 +587,7 @@ class Store:
                                    previous=meta.get(REVIEW))
                 doubt[:] = rr["calls"][-len(intents):]
                 meta = {**meta, REVIEW: rr}
-            return attrs.evolve(s, in_progress=False, turn=None, metadata=meta)
+            return _evolve(s, in_progress=False, turn=None, metadata=meta)
 
         s = self.patch(session_id, stop)
         if cancelled:
@@ -581,7 +606,7 @@ class Store:
         with self._commit_lock(sid):
             s = self._load_or_none(sid)
             if s is not None and s.in_progress and s.turn is not None and s.turn.id == turn_id:
-                s = self._commit_locked(attrs.evolve(s, in_progress=False, turn=None), s.version)
+                s = self._commit_locked(_evolve(s, in_progress=False, turn=None), s.version)
             else:
                 self._remove_orphan_marker(sid, s)
         self.emit(ev.ABANDONED, session_id=sid, turn_id=turn_id, reason=reason, **detail)
@@ -641,6 +666,8 @@ class Store:
         now = _fsio.lstat(path)
         if now is None or (expect is not None and _key(now) != _key(expect)):
             return None  # moved by another process, or replaced by a good commit
+        import secrets
+
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self.clock()))
         # a random part: two processes quarantining at once never pick the same name
         base = f"{stamp}-{secrets.token_hex(3)}-{kind}-{os.path.basename(path)}"

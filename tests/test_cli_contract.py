@@ -147,14 +147,17 @@ def test_schema_command_prints_the_shipped_schemas(capsys: pytest.CaptureFixture
     assert main(["schema", "nope"]) == 2
 
 
-def test_interrupted_imports_only_what_it_needs(root: Path) -> None:
-    """Lazy sub-commands: listing interrupted turns loads no other command's module."""
+@pytest.mark.parametrize("argv", [["interrupted", "--json"], ["recover", "--dry-run", "--json"]],
+                         ids=lambda a: " ".join(a))
+def test_the_startup_commands_import_only_what_they_need(argv: list[str], root: Path) -> None:
+    """Lazy sub-commands: listing interrupted turns (or their dry-run verdicts) loads no other
+    command's module, no agent loop, no attrs, no asyncio."""
     st = Store(root)
     st.create("a")
     st.begin_turn("a", "hi")
     code = ("import sys, io, contextlib\nfrom fsdurable.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
-            f"    rc = main(['interrupted', '--json', '--root', {str(root)!r}])\n"
+            f"    rc = main({[*argv, '--root', str(root)]!r})\n"
             "print(rc, ' '.join(sorted(sys.modules)))")
     r = subprocess.run([PYTHON, "-c", code], env=subprocess_env(), capture_output=True,
                        text=True, timeout=60)
@@ -162,7 +165,8 @@ def test_interrupted_imports_only_what_it_needs(root: Path) -> None:
     assert rc == "0", r.stderr
     loaded = set(mods.split())
     for heavy in ("fsdurable._sync", "fsdurable._sync_cli", "fsdurable.demo", "fsdurable._watch",
-                  "fsdurable._store_cli", "fsdurable._doctor", "watchfiles"):
+                  "fsdurable._store_cli", "fsdurable._doctor", "fsdurable._recovery",
+                  "fsdurable._loop", "watchfiles", "attrs", "cattrs", "asyncio", "ssl"):
         assert heavy not in loaded, heavy
 
 

@@ -153,7 +153,7 @@ def test_unserialisable_session_is_refused_on_encode() -> None:
             encode_session(attrs.evolve(SESSION, metadata=bad))
         assert info.value.reason == "not_json"
     with pytest.raises(InvalidState):
-        encode_event(attrs.evolve(EVENT, detail={"x": float("inf")}))
+        encode_event(EVENT.replace(detail={"x": float("inf")}))
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
@@ -167,11 +167,11 @@ def test_non_finite_times_never_reach_the_disk(bad: float) -> None:
                   lambda: attrs.evolve(turn, checkpoint_at=bad),
                   lambda: attrs.evolve(LEDGER[0], intent_at=bad),
                   lambda: attrs.evolve(LEDGER[0], outcome_at=bad),
-                  lambda: attrs.evolve(MARKER, checkpoint_at=bad)):
+                  lambda: MARKER.replace(checkpoint_at=bad)):
         with pytest.raises(ValueError, match="finite"):
             build()
     with pytest.raises(InvalidState):
-        encode_event(attrs.evolve(EVENT, at=bad))
+        encode_event(EVENT.replace(at=bad))
 
 
 # ---------------------------------------------------------------- (2) strictness: sessions
