@@ -8,11 +8,13 @@ host's ``fsdurable.recover(store, loop)``. ``--dry-run`` only computes the verdi
 
 from __future__ import annotations
 
-import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._errors import TurnStateError
 from .cli import Result, _age, command, open_store, table
+
+if TYPE_CHECKING:
+    import argparse
 
 
 def _judged(st: Any) -> list[dict[str, Any]]:

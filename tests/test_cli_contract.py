@@ -182,3 +182,41 @@ def test_demo_runs_in_a_temporary_store_of_its_own(tmp_path: Path) -> None:
     assert not real.exists()  # the user's store was never touched
     assert not os.path.exists(data["root"])  # the temporary store is gone
     assert os.listdir(tmp_path / "tmp") == []
+
+
+FAST_SHAPES = [
+    ["interrupted"], ["interrupted", "--json"], ["--root", "R", "interrupted", "--json"],
+    ["interrupted", "--root", "R"], ["--root=R", "interrupted"], ["interrupted", "--root="],
+    ["--json", "--root", "A", "interrupted", "--root", "B", "--debug"],
+    ["recover", "--dry-run", "--json"], ["--root", "R", "recover", "--json", "--dry-run"],
+    ["recover"], ["recover", "--dry-run", "--dry-run"],
+    # not fast: argparse parses (or reports) these
+    ["--dry-run", "recover"], ["interrupted", "--dry-run"], ["interrupted", "-h"],
+    ["interrupted", "--root"], ["interrupted", "--root", "--json"], ["interrupted", "x"],
+    ["recover", "--dry"], ["--version"], [], ["sessions"], ["interrupted", "interrupted"],
+    ["interrupted", "--"],
+]
+
+
+@pytest.mark.parametrize("argv", FAST_SHAPES, ids=lambda a: " ".join(a) or "(none)")
+def test_the_fast_parser_agrees_with_argparse(argv: list[str]) -> None:
+    fast = cli._fast(argv)
+    if fast is None:
+        return  # argparse's business
+    for name in cli._FAST:
+        cli._load(name)
+    args = cli._parser(fast.command).parse_args(argv)
+    want = {"root": None, "json": False, "debug": False, **vars(args)}
+    assert vars(fast) == want
+
+
+def test_the_fast_path_never_imports_argparse(root: Path) -> None:
+    Store(root)
+    code = ("import sys, io, contextlib\nfrom fsdurable.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    a = main(['interrupted', '--json', '--root', {str(root)!r}])\n"
+            f"    b = main(['--root={root}', 'recover', '--dry-run'])\n"
+            "print(a, b, 'argparse' in sys.modules)")
+    r = subprocess.run([PYTHON, "-c", code], env=subprocess_env(), capture_output=True,
+                       text=True, timeout=60)
+    assert r.stdout.split() == ["0", "0", "False"], r.stderr
