@@ -33,6 +33,7 @@ _EXPORTS = {
     "ToolCall": "._model",
     "Turn": "._model",
     "Store": "._store",
+    "AsyncStore": "._async",
     "default_root": "._store",
     "validate_session_id": "._layout",
     "Finding": "._doctor",
@@ -77,6 +78,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # explicit re-exports (`X as X`): mypy --strict users see them public
+    from ._async import AsyncStore as AsyncStore
     from ._config import DEFAULT_CONFIG as DEFAULT_CONFIG
     from ._config import Config as Config
     from ._doctor import Finding as Finding

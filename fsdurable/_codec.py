@@ -63,6 +63,23 @@ def _session_1_to_2(d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
+@migration("session", 2)
+def _session_2_to_3(d: dict[str, Any]) -> dict[str, Any]:
+    """Session v2 had no ``commit_id`` (""), no ``turn.node_id`` (None: the commit that rewrites
+    it takes the owner from the marker) and no ``turn.route_key`` (the session's route, the one
+    its marker names)."""
+    d = dict(d)
+    d.setdefault("commit_id", "")
+    turn = d.get("turn")
+    if isinstance(turn, dict):
+        turn = dict(turn)
+        turn.setdefault("node_id", None)
+        turn.setdefault("route_key", d.get("route_key", ""))
+        d["turn"] = turn
+    d["format"] = "fsdurable.session/3"
+    return d
+
+
 # ---------------------------------------------------------------- session (cattrs + orjson)
 
 _converter: Any = None

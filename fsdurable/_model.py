@@ -77,7 +77,13 @@ class LedgerEntry:
 
 @attrs.frozen
 class Turn:
-    """The turn in progress: when it started, its last checkpoint and its resume attempts."""
+    """The turn in progress: when it started, its last checkpoint and its resume attempts.
+
+    ``node_id``: the node that owns the turn (the commit function writes it, the same node as in
+    the marker, so a rebuilt marker keeps its owner). ``route_key``: the route lock the turn
+    started under (set by ``begin_turn``, never changed while the turn lives, whatever the
+    session's ``route_key`` says later; "" is filled from the session by the commit function).
+    """
 
     id: str
     started_at: float = _time()
@@ -85,6 +91,8 @@ class Turn:
     phase: str = "started"
     resume_attempts: int = 0
     ledger: tuple[LedgerEntry, ...] = ()
+    node_id: str | None = None
+    route_key: str = ""
 
     def entry(self, tool_call_id: str) -> LedgerEntry | None:
         for e in self.ledger:
@@ -95,10 +103,13 @@ class Turn:
 
 @attrs.frozen
 class Session:
-    """One session file. ``version`` is the commit counter (+1 on every commit)."""
+    """One session file. ``version`` is the commit counter (+1 on every commit); ``commit_id``
+    is unique to each commit (the commit function writes a fresh one), so two nodes' commits of
+    the same version number are told apart."""
 
     id: str
     version: int = 0
+    commit_id: str = ""
     created_at: float = attrs.field(default=0.0, validator=_finite)
     updated_at: float = attrs.field(default=0.0, validator=_finite)
     source: str = "api"  # provenance only: it never grants anything (a resumed turn is unattended)

@@ -18,11 +18,11 @@ from typing import Any
 from ._errors import InvalidState, UnreadableState
 from ._records import Event, Manifest, Marker
 
-SESSION_FORMAT = "fsdurable.session/2"
+SESSION_FORMAT = "fsdurable.session/3"
 MARKER_FORMAT = "fsdurable.marker/1"
 EVENT_FORMAT = "fsdurable.event/1"
 MANIFEST_FORMAT = "fsdurable/1"
-CURRENT = {"session": 2, "marker": 1, "event": 1}
+CURRENT = {"session": 3, "marker": 1, "event": 1}
 
 # (kind, from_version) -> function turning that version's dict into the next version's dict.
 MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}

@@ -120,7 +120,8 @@ def defaults(cls: T) -> T:
 
 class Marker(Record):
     """Index record of one interrupted turn (``markers/<session_id>.json``): enough to gate the
-    turn (age, attempts, owner node, route) without reading its session."""
+    turn (age, attempts, owner node, route) without reading its session. ``route_key`` is the
+    TURN's route (``Turn.route_key``), the lock a resume must take."""
 
     _fields = ("session_id", "turn_id", "session_version", "node_id", "route_key", "source",
                "started_at", "checkpoint_at", "resume_attempts")
@@ -150,7 +151,8 @@ class Marker(Record):
         if turn is None:
             raise ValueError("only a session in progress has a marker")
         return cls(session_id=session.id, turn_id=turn.id, session_version=session.version,
-                   node_id=node_id, route_key=session.route_key, source=session.source,
+                   node_id=node_id, route_key=turn.route_key or session.route_key,
+                   source=session.source,
                    started_at=turn.started_at, checkpoint_at=turn.checkpoint_at,
                    resume_attempts=turn.resume_attempts)
 

@@ -57,7 +57,8 @@ StatKey = tuple[int, int, int, int, int]
 # freed inode number. Until then the version is re-checked from the file's first bytes (git's
 # "racily clean" rule).
 _RACY_WINDOW = 2.0
-_PREFIX_RE = re.compile(rb'"version":(\d+),.*?"updated_at":([-+0-9.eE]+)', re.S)
+# the file's first bytes as encode_session writes them: "version":N,"commit_id":"...", ...
+_PREFIX_RE = re.compile(rb'"version":(\d+),"commit_id":"([0-9A-Za-z]*)",', re.S)
 
 
 def _key(st: os.stat_result) -> StatKey:
@@ -69,14 +70,15 @@ def _racy(st: os.stat_result) -> bool:
 
 
 class _Seen:
-    """What this process last read or wrote of one session file."""
+    """What this process last read or wrote of one session file: its stat and its commit's
+    identity (version and commit id)."""
 
-    __slots__ = ("key", "racy", "updated_at", "version")
+    __slots__ = ("commit_id", "key", "racy", "version")
 
     def __init__(self, st: os.stat_result, s: Session) -> None:
         self.key = _key(st)
         self.version = s.version
-        self.updated_at = s.updated_at
+        self.commit_id = s.commit_id
         self.racy = _racy(st)
 
 
@@ -276,29 +278,34 @@ class Store:
             self._marks.pop(sid, None)
 
     def _disk_version(self, sid: str) -> int:
-        """Version on disk (0 if absent). The file is re-read only if its stat changed, or if
-        the stat is too recent to prove anything (then only its first bytes are read)."""
+        """Version on disk (0 if absent); see ``_disk_ident``."""
+        return self._disk_ident(sid)[0]
+
+    def _disk_ident(self, sid: str) -> tuple[int, str]:
+        """Identity of the commit on disk: (version, commit id); (0, "") if absent. The file is
+        re-read only if its stat changed, or if the stat is too recent to prove anything (then
+        only its first bytes are read: version and commit id come first)."""
         path = self.layout.session(sid)
         st = _fsio.lstat(path)
         if st is None:
             self._forget(sid)
-            return 0
+            return 0, ""
         with self._mu:
             seen = self._seen.get(sid)
         if seen is not None and seen.key == _key(st) and (
                 not seen.racy or self._prefix_matches(path, seen)):
             seen.racy = _racy(st)
-            return seen.version
+            return seen.version, seen.commit_id
         try:
             s = self._read(sid)
         except UnreadableState:
             if _fsio.lstat(path) is not None:
                 raise  # it could not be moved aside: never write over it
-            return 0  # quarantined: nothing is there any more
-        return s.version if s is not None else 0
+            return 0, ""  # quarantined: nothing is there any more
+        return (s.version, s.commit_id) if s is not None else (0, "")
 
     def _prefix_matches(self, path: str, seen: _Seen) -> bool:
-        """Do the file's first bytes still carry the version and commit time we cached?"""
+        """Do the file's first bytes still carry the version and commit id we cached?"""
         try:
             head = _fsio.read_prefix(path, 1024)
         except (OSError, UnreadableState):
@@ -306,10 +313,7 @@ class Store:
         m = _PREFIX_RE.search(head)
         if m is None:
             return False
-        try:
-            return int(m.group(1)) == seen.version and float(m.group(2)) == seen.updated_at
-        except ValueError:
-            return False
+        return int(m.group(1)) == seen.version and m.group(2).decode() == seen.commit_id
 
     def interrupted(self) -> list[Marker]:
         """Every interrupted turn, from ONE listing of ``markers/`` and the markers themselves.
@@ -385,10 +389,13 @@ class Store:
     # ------------------------------------------------------------------ the commit function
 
     def _commit_locked(self, new: Session, base: int, *, at_least: int = 0,
-                       owner: str | None = None) -> Session:
+                       owner: str | None = None, base_commit_id: str | None = None) -> Session:
         """THE commit: every change to a session file goes through here, under its commit lock.
 
-        1. compare-and-swap: the version on disk must be ``base`` (0 = absent) -> ConflictError;
+        1. compare-and-swap on the commit's identity: the file on disk must be the commit
+           ``new`` was derived from — version ``base`` (0 = absent) and commit id
+           ``base_commit_id`` (default ``new.commit_id``) — else ConflictError: a file a sync
+           tool replaced with another node's commit of the same version is told apart;
         2. entering or staying in progress: write the marker first (fsync, rename, dir fsync)
            unless the one on disk already says the same (``Config.marker_refresh``);
         3. write the session (temp, fsync, rename, dir fsync);
@@ -404,14 +411,26 @@ class Store:
         from ._codec import encode_session
 
         sid = validate_session_id(new.id)
-        disk = self._disk_version(sid)
+        disk, disk_commit = self._disk_ident(sid)
+        want = new.commit_id if base_commit_id is None else base_commit_id
         if disk != base:
             raise ConflictError(
                 f"session {sid!r} is at version {disk} on disk, not {base}",
                 session_id=sid, path=self.layout.session(sid), reason="version_mismatch",
                 expected=base, actual=disk,
             )
-        s = _evolve(new, version=max(base + 1, at_least), updated_at=self.clock())
+        if disk and disk_commit != want:
+            raise ConflictError(
+                f"session {sid!r} on disk is another commit of version {disk} (commit "
+                f"{disk_commit or '-'}, not {want or '-'}): replaced, e.g. by a sync tool",
+                session_id=sid, path=self.layout.session(sid), reason="commit_mismatch",
+                expected=base, actual=disk,
+            )
+        s = _evolve(new, version=max(base + 1, at_least), updated_at=self.clock(),
+                    commit_id=os.urandom(8).hex())
+        m: Marker | None = None
+        if s.turn is not None:
+            m, s = self._marker_due(sid, s, owner)
         data = encode_session(s)
         if len(data) > self.config.max_file_bytes:  # it could never be read back
             raise InvalidState(
@@ -419,12 +438,10 @@ class Store:
                 f"({self.config.max_file_bytes}): compact it", session_id=sid,
                 reason="too_large")
         mpath = self.layout.marker(sid)
-        if s.in_progress:
-            m = self._marker_due(sid, s, owner)
-            if m is not None:
-                mst = _fsio.write_atomic(mpath, encode_marker(m), durable=self._durable)
-                with self._mu:
-                    self._marks[sid] = (_key(mst), m)
+        if m is not None:
+            mst = _fsio.write_atomic(mpath, encode_marker(m), durable=self._durable)
+            with self._mu:
+                self._marks[sid] = (_key(mst), m)
         st = _fsio.write_atomic(self.layout.session(sid), data, durable=self._durable)
         with self._mu:
             self._seen[sid] = _Seen(st, s)
@@ -434,9 +451,15 @@ class Store:
                 self._marks.pop(sid, None)
         return s
 
-    def _marker_due(self, sid: str, s: Session, owner: str | None) -> Marker | None:
-        """The marker to write for in-progress ``s``, or None if the one on disk says the same
-        (same turn, node, route, source and attempts, checkpoint within ``marker_refresh``)."""
+    def _marker_due(self, sid: str, s: Session, owner: str | None
+                    ) -> tuple[Marker | None, Session]:
+        """For in-progress ``s``: (the marker to write, or None if the one on disk says the same —
+        same turn, node, route, source and attempts, checkpoint within ``marker_refresh``; ``s``
+        with its turn's owner node and route filled in).
+
+        The owner is ``owner`` if given (a claim, an adoption), else the one the session names,
+        else the one the marker of the same turn names (a session of format 2), else this node.
+        The turn's route is the one it started under (the session's if not yet set)."""
         turn = s.turn
         assert turn is not None
         st = _fsio.lstat(self.layout.marker(sid))
@@ -452,24 +475,33 @@ class Store:
                 except UnreadableState:
                     cur = None  # ours, and corrupt: the rewrite below replaces it
         same_turn = cur is not None and cur.turn_id == turn.id
-        node = owner or (cur.node_id if cur is not None and same_turn else self.node_id)
+        node = (owner or turn.node_id or (cur.node_id if cur is not None and same_turn else None)
+                or self.node_id)
+        route = turn.route_key or s.route_key
+        if node != turn.node_id or route != turn.route_key:
+            s = _evolve(s, turn=_evolve(turn, node_id=node, route_key=route))
+            turn = s.turn
+            assert turn is not None
         if (cur is not None and same_turn and cur.node_id == node
-                and cur.route_key == s.route_key and cur.source == s.source
+                and cur.route_key == route and cur.source == s.source
                 and cur.resume_attempts == turn.resume_attempts
                 # a marker time ahead of the turn's (the clock stepped back since) is rewritten:
                 # else the gate would judge the turn by a time from the future
                 and 0 <= turn.checkpoint_at - cur.checkpoint_at < self.config.marker_refresh):
-            return None
-        return Marker.of(s, node)
+            return None, s
+        return Marker.of(s, node), s
 
     def commit(self, new: Session, base_version: int, *, at_least: int = 0,
-               owner: str | None = None) -> Session:
-        """Commit ``new`` if the session on disk is at ``base_version`` (0: must not exist).
+               owner: str | None = None, base_commit_id: str | None = None) -> Session:
+        """Commit ``new`` if the session on disk is the commit it was derived from: version
+        ``base_version`` (0: must not exist) and commit id ``base_commit_id`` (default
+        ``new.commit_id``, the id of the session ``new`` was loaded as); else ConflictError.
 
         The new version is ``base_version + 1``, or ``at_least`` if higher. ``owner`` makes that
         node the owner of the turn in progress (recovery's claim, an explicit adoption)."""
         with self._commit_lock(validate_session_id(new.id)):
-            return self._commit_locked(new, base_version, at_least=at_least, owner=owner)
+            return self._commit_locked(new, base_version, at_least=at_least, owner=owner,
+                                       base_commit_id=base_commit_id)
 
     # ------------------------------------------------------------------ session API
 
@@ -547,7 +579,8 @@ class Store:
             now = self.clock()
             msgs = s.messages + ((Message(role, content),) if content is not None else ())
             return _evolve(s, in_progress=True, messages=msgs,
-                                turn=Turn(id=tid, started_at=now, checkpoint_at=now))
+                           turn=Turn(id=tid, started_at=now, checkpoint_at=now,
+                                     route_key=s.route_key))
 
         s = self.patch(session_id, start)
         self.emit(ev.TURN_STARTED, session_id=s.id, turn_id=tid)
