@@ -130,6 +130,8 @@ USER_CODE = textwrap.dedent('''
     n: int = recover(store, loop).count("resumed")
     err: type[fsdurable.FsDurableError] = fsdurable.SessionNotFound
     version: str = fsdurable.__version__
+    waiting = fsdurable.review_queue(store)
+    done = fsdurable.answer_review(store, "a", ran=True)
 ''')
 
 
