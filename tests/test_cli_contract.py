@@ -220,3 +220,33 @@ def test_the_fast_path_never_imports_argparse(root: Path) -> None:
     r = subprocess.run([PYTHON, "-c", code], env=subprocess_env(), capture_output=True,
                        text=True, timeout=60)
     assert r.stdout.split() == ["0", "0", "False"], r.stderr
+
+
+def _walk(x: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    if isinstance(x, dict):
+        out.append((path, x))
+        for k, v in x.items():
+            if k != "messages":  # the transcript is the file format (tool calls carry an id)
+                out += _walk(v, f"{path}.{k}")
+    elif isinstance(x, list):
+        for v in x:
+            out += _walk(v, f"{path}[]")
+    return out
+
+
+def test_every_json_output_speaks_one_vocabulary(root: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    st = Store(root)
+    for sid in ("idle", "busy"):
+        st.create(sid)
+    st.begin_turn("busy", "go")
+    r = str(root)
+    for argv in (["init"], ["sessions"], ["show", "busy"], ["interrupted"],
+                 ["recover", "--dry-run"], ["events"], ["doctor"], ["conflicts"], ["node"],
+                 ["review"], ["cancel", "busy"], ["recover"]):
+        code, out, err = run(capsys, *argv, "--root", r, "--json")
+        assert code in (0, 1), (argv, err)
+        for where, d in _walk(out):
+            assert "id" not in d, (argv, where)  # always session_id / turn_id / node_id ...
+            assert not {"idle", "busy"} & set(d), (argv, where)  # lists, not maps by id
