@@ -67,6 +67,16 @@ def test_root_that_is_a_file_or_unreadable_is_one_line(tmp_path: Path,
     assert code == 2 and "is a file" in err
 
 
+def test_an_unreadable_root_is_one_line(root: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    Store(root)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, m, **kw: False if str(p) == str(root)
+                        else real(p, m, **kw))  # as a non-root user would see a 0000 directory
+    code, _, err = run(capsys, "sessions", "--root", str(root))
+    assert code == 2 and "permission denied" in err and len(err.strip().splitlines()) == 1
+
+
 def test_internal_error_has_its_own_exit_code(root: Path, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     Store(root)
