@@ -18,6 +18,7 @@ _EXPORTS = {
     "DEFAULT_CONFIG": "._config",
     "ConflictError": "._errors",
     "FsDurableError": "._errors",
+    "HostError": "._errors",
     "InvalidSessionId": "._errors",
     "InvalidState": "._errors",
     "LockTimeout": "._errors",
@@ -46,6 +47,7 @@ _EXPORTS = {
     "ToolContext": "._tools",
     "tool": "._tools",
     "Host": "._recovery",
+    "arecover": "._recovery",
     "Outcome": "._recovery",
     "RecoveryPolicy": "._gates",
     "RecoveryReport": "._recovery",
@@ -88,6 +90,7 @@ if TYPE_CHECKING:  # explicit re-exports (`X as X`): mypy --strict users see the
     from ._doctor import doctor as doctor
     from ._errors import ConflictError as ConflictError
     from ._errors import FsDurableError as FsDurableError
+    from ._errors import HostError as HostError
     from ._errors import InvalidSessionId as InvalidSessionId
     from ._errors import InvalidState as InvalidState
     from ._errors import LockTimeout as LockTimeout
@@ -109,6 +112,7 @@ if TYPE_CHECKING:  # explicit re-exports (`X as X`): mypy --strict users see the
     from ._recovery import Host as Host
     from ._recovery import Outcome as Outcome
     from ._recovery import RecoveryReport as RecoveryReport
+    from ._recovery import arecover as arecover
     from ._recovery import recover as recover
     from ._recovery import resume_one as resume_one
     from ._review import answer_review as answer_review

@@ -562,8 +562,11 @@ class Store:
     # ------------------------------------------------------------------ turn API
 
     def begin_turn(self, session_id: str, content: str | None = None, *, role: str = "user",
-                   turn_id: str | None = None) -> Session:
-        """Start a turn: commit in progress (marker first) BEFORE any model call."""
+                   turn_id: str | None = None, route_key: str | None = None) -> Session:
+        """Start a turn: commit in progress (marker first) BEFORE any model call.
+
+        ``route_key``: the route lock the caller holds — the turn's route until it ends, even if
+        the session's ``route_key`` changed since the caller looked (default: the session's)."""
         from ._model import Message, Turn
 
         tid = turn_id or new_id()
@@ -580,7 +583,7 @@ class Store:
             msgs = s.messages + ((Message(role, content),) if content is not None else ())
             return _evolve(s, in_progress=True, messages=msgs,
                            turn=Turn(id=tid, started_at=now, checkpoint_at=now,
-                                     route_key=s.route_key))
+                                     route_key=s.route_key if route_key is None else route_key))
 
         s = self.patch(session_id, start)
         self.emit(ev.TURN_STARTED, session_id=s.id, turn_id=tid)
