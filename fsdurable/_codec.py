@@ -310,9 +310,12 @@ def parse_session(data: bytes, *, path: str | None = None,
         raise UnreadableState("missing field 'version'", path=path, reason="missing_field")
     try:
         s = _conv().structure(d, Session)
-    except Exception as e:  # cattrs raises several types; all mean "wrong shape"
+    except (TypeError, ValueError, KeyError) as e:  # the hooks' and validators' findings
         raise UnreadableState(f"session does not match the format: {e!r}", path=path,
                               reason="wrong_type") from e
+    # anything else (AttributeError from a cattrs older than the declared floor, a missing
+    # structure handler) is a bug of the environment, not of the file: it propagates, and the
+    # valid session is never quarantined for it
     if (not 1 <= s.version < _INT63
             or (s.turn is not None and not 0 <= s.turn.resume_attempts < _INT63)):
         raise UnreadableState("session version or attempts out of range", path=path,

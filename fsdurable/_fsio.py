@@ -45,6 +45,16 @@ _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 # Reading: a FIFO planted under a session or marker name would block open() until a writer
 # came — discovery would hang forever. With O_NONBLOCK open returns; fstat then refuses it.
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+# Windows: without O_BINARY, os.open files translate "\n" and stop reading at Ctrl-Z.
+_O_BINARY = getattr(os, "O_BINARY", 0)
+# POSIX holds 0600/0700; Windows keeps only a read-only bit (ACLs decide access), so there a mode
+# is neither enforced nor reported as a problem (doctor).
+MODES_HELD = os.name == "posix"
+# Windows: replacing or removing a file that another process has open (a sync client, an
+# antivirus scanner, the search indexer) fails with a sharing violation for a moment; a short,
+# bounded retry rides it out. POSIX has no such thing (EACCES there is a real refusal).
+_SHARING_RETRY = os.name == "nt"
+_SHARING_WAITS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)  # 1.18 s in all, then the error stands
 try:
     import fcntl
 
@@ -110,8 +120,29 @@ def _fsync_fd(fd: int) -> None:
     os.fsync(fd)
 
 
+def _retry_sharing(fn: Callable[..., Any], *args: str) -> Any:
+    """``fn(*args)`` (``os.replace``, ``os.unlink``), retried briefly on a Windows sharing
+    violation (PermissionError while another process holds the file open)."""
+    if not _SHARING_RETRY:
+        return fn(*args)
+    import time
+
+    for wait in _SHARING_WAITS:
+        try:
+            return fn(*args)
+        except PermissionError:
+            time.sleep(wait)
+    return fn(*args)
+
+
 def fsync_dir(path: str) -> None:
-    """Make the creates, renames and unlinks in directory ``path`` durable."""
+    """Make the creates, renames and unlinks in directory ``path`` durable.
+
+    Per OS: Linux (and the BSDs) — fsync of the directory's descriptor commits its entries.
+    macOS — the same, with ``F_FULLFSYNC`` so the drive's cache is flushed too. Windows — a
+    directory cannot be fsynced through ``os.open``; NTFS journals the rename (``MoveFileEx``)
+    itself and commits it within seconds, so this is a no-op there: a power cut inside that
+    window can lose the rename, never tear a file (the old content stays under its name)."""
     _rec("fsync_dir", path)
     if os.name != "posix":
         return
@@ -141,7 +172,7 @@ class _Writer(AtomicWriter):  # type: ignore[misc]
 
         directory = os.path.dirname(self._path)
         prefix = temp_prefix(os.path.basename(self._path))
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
         while True:
             name = os.path.join(directory, prefix + secrets.token_hex(6) + TEMP_SUFFIX)
             _rec("create", name)
@@ -163,7 +194,7 @@ class _Writer(AtomicWriter):  # type: ignore[misc]
     def commit(self, f: IO[bytes]) -> None:
         if self._overwrite:
             _rec("rename", self._tmp, self._path)
-            os.replace(self._tmp, self._path)
+            _retry_sharing(os.replace, self._tmp, self._path)
         else:
             try:
                 _rec("link", self._tmp, self._path)
@@ -242,7 +273,7 @@ def read_bounded(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
     """
     try:
         with storage_errors(path, "read"):  # EACCES, EIO: a typed StorageError
-            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK | _O_BINARY)
     except StorageError:
         raise
     except FileNotFoundError:
@@ -284,7 +315,7 @@ def read_bounded(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
 
 def read_prefix(path: str, size: int) -> bytes:
     """The first ``size`` bytes of a regular file (never through a link, never blocking)."""
-    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK | _O_BINARY)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise UnreadableState(f"{path} is not a regular file", path=path, reason="not_a_file")
@@ -306,7 +337,7 @@ def unlink(path: str, *, durable: bool = True, missing_ok: bool = True) -> bool:
     with storage_errors(path, "unlink"):
         _rec("unlink", path)
         try:
-            os.unlink(path)
+            _retry_sharing(os.unlink, path)
         except FileNotFoundError:
             if not missing_ok:
                 raise
@@ -320,7 +351,7 @@ def rename(src: str, dst: str, *, durable: bool = True) -> None:
     """Move ``src`` to ``dst`` (replacing it) and make both directories durable."""
     with storage_errors(src, "rename"):
         _rec("rename", src, dst)
-        os.replace(src, dst)
+        _retry_sharing(os.replace, src, dst)
         if durable:
             fsync_dir(os.path.dirname(dst))
             if os.path.dirname(src) != os.path.dirname(dst):
@@ -353,7 +384,7 @@ def append_line(path: str, line: bytes, *, durable: bool = True) -> None:
     """Append one line to a log file (created 0600, never through a symlink)."""
     with storage_errors(path, "append"):
         _rec("append", path, line)
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
         existed = os.path.lexists(path)
         fd = os.open(path, flags, FILE_MODE)
         try:
@@ -427,6 +458,9 @@ def chmod(path: str, mode: int) -> None:
                 raise UnreadableState(f"{path} is a symlink", path=path, reason="symlink") from e
             raise
         try:
-            os.fchmod(fd, mode)
+            if hasattr(os, "fchmod"):
+                os.fchmod(fd, mode)
+            else:  # Windows before 3.13: no fchmod (and only a read-only bit to set)
+                os.chmod(path, mode)
         finally:
             os.close(fd)

@@ -29,12 +29,13 @@ from ._errors import (
     TurnStateError,
     UnreadableState,
 )
-from ._layout import Layout, new_id, own_id, state_dir, validate_session_id
+from ._layout import Layout, new_id, own_id, state_dir, validate_node_id, validate_session_id
 from ._recordcodec import encode_manifest, encode_marker, parse_manifest
 from ._records import Event, Manifest, Marker
 
 if TYPE_CHECKING:
     from ._model import Session
+    from ._watch import Change, StopEvent
 
 # Opening a store and listing its markers imports only the standard library (DESIGN.md "Layers",
 # tests/test_startup_imports.py): attrs, the model and the session codec are imported where a
@@ -49,9 +50,6 @@ def _evolve(inst: _T, **changes: Any) -> _T:
     new: _T = attrs.evolve(inst, **changes)  # type: ignore[misc]
     return new
 
-
-if TYPE_CHECKING:
-    from ._watch import Change, StopEvent
 
 StatKey = tuple[int, int, int, int, int]
 # A file's stat is trusted as "unchanged since we read or wrote it" only once its mtime is older
@@ -107,7 +105,7 @@ class Store:
         self.config = config
         self.clock = clock
         self._durable = config.fsync
-        self._node_id = validate_session_id(node_id) if node_id is not None else None
+        self._node_id = validate_node_id(node_id) if node_id is not None else None
         self._mu = threading.Lock()
         self._seen: dict[str, _Seen] = {}  # session id -> what we last read or wrote
         self._marks: dict[str, tuple[StatKey, Marker]] = {}  # markers this store read or wrote
@@ -150,7 +148,7 @@ class Store:
         if self._node_id is None:
             from ._layout import node_id
 
-            self._node_id = node_id()
+            self._node_id = node_id(self.root)
         return self._node_id
 
     @property
@@ -580,7 +578,12 @@ class Store:
         s = Session(id=sid, created_at=now, updated_at=now, source=source,
                     route_key=route_key if route_key is not None else f"session:{sid}",
                     metadata=dict(metadata or {}))
-        return self.commit(s, 0)
+        try:
+            return self.commit(s, 0)
+        except ConflictError as e:
+            raise ConflictError(f"session {sid!r} already exists (load it, or create another "
+                                "id)", expected=0, actual=e.actual, session_id=sid,
+                                reason="exists") from e
 
     def save(self, session: Session) -> Session:
         """Full save of a session loaded (or last returned) at ``session.version``."""
@@ -633,8 +636,12 @@ class Store:
 
         def start(s: Session) -> Session:
             if s.in_progress:
-                raise TurnStateError(f"session {s.id!r} already has a turn in progress",
-                                     session_id=s.id, reason="in_progress")
+                running = s.turn.id if s.turn else "?"
+                raise TurnStateError(
+                    f"session {s.id!r} already has a turn in progress (turn {running}): wait for "
+                    f"it, stop it with `fsdurable cancel {s.id}`, or if its process died let "
+                    "`fsdurable recover` (or the host's recover) settle it",
+                    session_id=s.id, reason="in_progress")
             now = self.clock()
             msgs = s.messages + ((Message(role, content),) if content is not None else ())
             return _evolve(s, in_progress=True, messages=msgs,
