@@ -123,3 +123,26 @@ def test_an_async_model_in_a_running_loop_fails_the_turn_not_recovery(root: Path
     codes = [e.code for e in store.events("s")]
     assert codes == ["turn_started", "turn_failed"]
     assert store.interrupted() == []
+
+
+def test_a_host_error_during_a_resume_ends_the_turn_and_is_not_retried(root: Path) -> None:
+    """Item 14, recovery's side: ``recover`` (sync) called inside a running loop with an async
+    model. The one claimed attempt fails with HostError; the loop ended the turn ``failed``, so
+    no later start spends more attempts on it."""
+    store = Store(root)
+    store.create("s")
+    store.begin_turn("s", "interrupted request")
+
+    async def model(transcript: Any, specs: Any) -> Reply:
+        return Reply("hi")
+
+    async def host() -> Any:
+        return recover(store, AgentLoop(store, model))
+
+    rep = asyncio.run(host())
+    assert [(o.outcome, o.reason) for o in rep.outcomes] == [("failed", "async_in_running_loop")]
+    s = store.load("s")
+    assert not s.in_progress and store.interrupted() == []
+    codes = [e.code for e in store.events("s")]
+    assert codes[-2:] == ["turn_failed", "interrupted_turn_resume_failed"]
+    assert codes.count("interrupted_turn_resuming") == 1
