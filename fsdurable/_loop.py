@@ -75,6 +75,8 @@ class _Run:
         self.cancelled = threading.Event()
         self.mu = threading.RLock()
         self.refused: list[str] = []
+        self.fresh_intent: str | None = None  # the call whose intent _prepare just committed
+        self.unstarted: str | None = None  # ... and whose tool an arun cancel kept from starting
 
 
 def _text(out: Any) -> str:
@@ -273,6 +275,14 @@ class AgentLoop:
 
     def _cancel_run(self, run: _Run) -> Session:
         with run.mu:
+            turn = run.session.turn
+            known = turn.entry(run.unstarted) if turn and run.unstarted else None
+            if turn and known and known.status == "intent" and not run.cancelled.is_set():
+                # its tool never started (the cancel came during the intent commit): not in
+                # doubt, so it leaves no review record behind
+                run.session = attrs.evolve(run.session, turn=attrs.evolve(turn, ledger=tuple(
+                    e for e in turn.ledger if e is not known)))
+                run.pending = True
             if run.pending and not run.cancelled.is_set():
                 with contextlib.suppress(_Stop, ConflictError):
                     self._commit(run, run.phase)
@@ -360,9 +370,15 @@ class AgentLoop:
 
     async def _batch(self, run: _Run, io: _IO, calls: Sequence[ToolCall]) -> None:
         for c in calls:
-            plan = await io.disk(self._prepare, run, c)
+            try:
+                plan = await io.disk(self._prepare, run, c)
+            except io.cancel_error:
+                run.unstarted = run.fresh_intent
+                raise
             if plan is None:
                 continue
+            if run.cancelled.is_set():  # cancelled during the intent commit: never start it
+                raise _Stop("cancelled")
             t, ctx, entry = plan
             status = "done"
             try:
@@ -380,6 +396,7 @@ class AgentLoop:
                  ) -> tuple[Tool, ToolContext, LedgerEntry | None] | None:
         """Everything before a tool call: answer it from the ledger, refuse it, or commit its
         intent (durable before the call, carrying any pending checkpoint). None: answered."""
+        run.fresh_intent = None
         self._check(run)
         sid, tid = run.session.id, run.turn_id
         key = f"{sid}:{tid}:{c.id}"
@@ -416,6 +433,8 @@ class AgentLoop:
             with run.mu:
                 run.session = _with_entry(run.session, entry)
                 self._commit(run, "tool_intent")
+            if known is None:
+                run.fresh_intent = c.id
         return t, ctx, entry
 
     def _answer(self, run: _Run, c: ToolCall, text: str, entry: LedgerEntry | None) -> None:
