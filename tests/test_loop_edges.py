@@ -4,6 +4,7 @@ programming error (14)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from pathlib import Path
 from typing import Any
@@ -35,8 +36,9 @@ def test_a_wall_clock_step_back_does_not_stop_checkpoints(root: Path) -> None:
 
     model = ScriptedModel([Reply("", [call("work", f"w{i}")]) for i in range(4)])
     assert AgentLoop(store, model, [Tool("work", work)]).run("s", "go").status == "completed"
-    # begin = v2; each batch ends past the debounce and commits (carrying the model reply)
-    assert versions == [2, 3, 4, 5]
+    # begin = v2; each batch ends past the debounce and commits (carrying the model reply; a
+    # slow machine may commit the reply on its own too): every tool sees a newer version
+    assert versions[0] == 2 and all(b > a for a, b in itertools.pairwise(versions))
 
 
 def _in_doubt(store: Store, name: str, effect: str) -> None:
