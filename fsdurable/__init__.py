@@ -25,9 +25,9 @@ _EXPORTS = {
     "StorageError": "._errors",
     "TurnStateError": "._errors",
     "UnreadableState": "._errors",
-    "Event": "._model",
+    "Event": "._records",
     "LedgerEntry": "._model",
-    "Marker": "._model",
+    "Marker": "._records",
     "Message": "._model",
     "Session": "._model",
     "ToolCall": "._model",
@@ -47,7 +47,7 @@ _EXPORTS = {
     "tool": "._tools",
     "Host": "._recovery",
     "Outcome": "._recovery",
-    "RecoveryPolicy": "._recovery",
+    "RecoveryPolicy": "._gates",
     "RecoveryReport": "._recovery",
     "recover": "._recovery",
     "resume_one": "._recovery",
@@ -92,10 +92,12 @@ if TYPE_CHECKING:
         TurnStateError,
         UnreadableState,
     )
+    from ._gates import RecoveryPolicy
     from ._layout import validate_session_id
     from ._loop import AgentLoop, TurnResult
-    from ._model import Event, LedgerEntry, Marker, Message, Session, ToolCall, Turn
-    from ._recovery import Host, Outcome, RecoveryPolicy, RecoveryReport, recover, resume_one
+    from ._model import LedgerEntry, Message, Session, ToolCall, Turn
+    from ._records import Event, Marker
+    from ._recovery import Host, Outcome, RecoveryReport, recover, resume_one
     from ._store import Store, default_root
     from ._sync import Resolution, adopt, conflict_copies, foreign_turns, resolve, take_over
     from ._tools import Reply, ScriptedModel, Tool, ToolContext, tool
