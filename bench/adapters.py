@@ -40,7 +40,7 @@ CONTENDERS = {
 }
 PAIRS = {"openai_agents": "agents_sqlite", "pydantic_ai": "pydantic_ai_memory",
          "claude": "claude_memory"}
-FULL = {"min_reps": 15, "max_reps": 40, "budget": 20.0, "warmup": 1}
+FULL = {"min_reps": 10, "max_reps": 20, "budget": 20.0, "warmup": 1}
 QUICK = {"min_reps": 1, "max_reps": 1, "budget": 1.0, "warmup": 0}
 
 
