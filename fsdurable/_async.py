@@ -52,8 +52,12 @@ class AsyncStore:
                    config: Config = DEFAULT_CONFIG, node_id: str | None = None,
                    clock: Callable[[], float] = time.time, create: bool = True) -> AsyncStore:
         """Open (or create) the store at ``root`` in a worker thread."""
-        return cls(await run_sync(Store, root, config=config, node_id=node_id, clock=clock,
-                                  create=create))
+        def opened() -> Store:
+            s = Store(root, config=config, node_id=node_id, clock=clock, create=create)
+            s.node_id  # noqa: B018 — resolved here: it may read its file once
+            return s
+
+        return cls(await run_sync(opened))
 
     @property
     def root(self) -> str:
@@ -62,6 +66,10 @@ class AsyncStore:
     @property
     def config(self) -> Config:
         return self.store.config
+
+    @property
+    def node_id(self) -> str:
+        return self.store.node_id
 
     def __repr__(self) -> str:
         return f"AsyncStore({self.store.root!r})"
@@ -122,6 +130,11 @@ class AsyncStore:
 
     async def repair_marker(self, session_id: str) -> str | None:
         return await run_sync(self.store.repair_marker, session_id)
+
+    async def quarantine(self, path: str, *, kind: str, reason: str,
+                         session_id: str | None = None, **kw: Any) -> str | None:
+        return await run_sync(self.store.quarantine, path, kind=kind, reason=reason,
+                              session_id=session_id, **kw)
 
     async def interrupted(self) -> list[Marker]:
         return await run_sync(self.store.interrupted)
