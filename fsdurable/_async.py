@@ -196,6 +196,20 @@ class AsyncStore:
                 return
 
 
+StoreLike = Store | AsyncStore | str | os.PathLike[str] | None
+
+
+def as_store(store: StoreLike) -> Store:
+    """The ``Store`` behind what an adapter was given: a ``Store``, an ``AsyncStore``, or a root
+    path (opened here and now — in a coroutine, pass ``await AsyncStore.open(root)`` instead to
+    keep even the opening off the loop; None: ``$FSDURABLE_ROOT``)."""
+    if isinstance(store, AsyncStore):
+        return store.store
+    if isinstance(store, Store):
+        return store
+    return Store(store)
+
+
 async def _acquire(store: Store, route_key: str, timeout: float
                    ) -> contextlib.AbstractContextManager[None]:
     """Take the route lock by non-blocking tries off the loop, sleeping on the loop between

@@ -30,11 +30,10 @@ import orjson
 
 from . import _fsio
 from ._aio import run_sync
-from ._async import AsyncStore
+from ._async import StoreLike, as_store
 from ._errors import InvalidState, SessionNotFound, UnreadableState
 from ._layout import new_id
 from ._model import Session
-from ._store import Store
 
 KEY = "claude"  # the session metadata key this adapter owns, and its entries' directory
 SOURCE = "claude"
@@ -54,21 +53,13 @@ def _sid(project_key: str, session_id: str) -> str:
     return _prefix(project_key) + _h(session_id, 32)
 
 
-def _open(store: Store | AsyncStore | str | os.PathLike[str] | None) -> Store:
-    if isinstance(store, AsyncStore):
-        return store.store
-    if isinstance(store, Store):
-        return store
-    return Store(store)
-
-
 class FileSessionStore:
     """Claude Agent SDK session transcripts in an fsdurable store (``store``: a ``Store``, an
     ``AsyncStore`` or a root path; default ``$FSDURABLE_ROOT``). Pass it as
     ``ClaudeAgentOptions(session_store=FileSessionStore(...))``."""
 
-    def __init__(self, store: Store | AsyncStore | str | os.PathLike[str] | None = None) -> None:
-        self.store = _open(store)
+    def __init__(self, store: StoreLike = None) -> None:
+        self.store = as_store(store)
         self._made = False
 
     def __repr__(self) -> str:

@@ -40,11 +40,10 @@ from pydantic_ai.messages import ModelMessagesTypeAdapter
 from . import _events as ev
 from . import _fsio
 from ._aio import run_sync
-from ._async import AsyncStore
+from ._async import StoreLike, as_store
 from ._errors import ConflictError, SessionNotFound, UnreadableState
 from ._layout import validate_session_id
 from ._model import Session
-from ._store import Store
 
 KEY = "pydantic_ai"  # the session metadata key this adapter owns, and its entries' directory
 SOURCE = "pydantic-ai"
@@ -53,20 +52,12 @@ ENTRY_FORMAT = "fsdurable.pydantic_ai.entry/1"
 _RECORD: pydantic.TypeAdapter[ConversationRecord] = pydantic.TypeAdapter(ConversationRecord)
 
 
-def _open(store: Store | AsyncStore | str | os.PathLike[str] | None) -> Store:
-    if isinstance(store, AsyncStore):
-        return store.store
-    if isinstance(store, Store):
-        return store
-    return Store(store)
-
-
 class FileConversationStore(ConversationStore):
     """Pydantic AI conversations in an fsdurable store (``store``: a ``Store``, an
     ``AsyncStore`` or a root path; default ``$FSDURABLE_ROOT``)."""
 
-    def __init__(self, store: Store | AsyncStore | str | os.PathLike[str] | None = None) -> None:
-        self.store = _open(store)
+    def __init__(self, store: StoreLike = None) -> None:
+        self.store = as_store(store)
         self._fs_entries_made = False
 
     def __repr__(self) -> str:
