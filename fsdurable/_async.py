@@ -23,6 +23,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from . import _events as ev
 from ._aio import run_sync
 from ._config import DEFAULT_CONFIG, Config
 from ._errors import LockTimeout
@@ -100,9 +101,9 @@ class AsyncStore:
         return await run_sync(self.store.patch, session_id, fn)
 
     async def commit(self, new: Session, base_version: int, *, at_least: int = 0,
-                     owner: str | None = None) -> Session:
+                     owner: str | None = None, base_commit_id: str | None = None) -> Session:
         return await run_sync(self.store.commit, new, base_version, at_least=at_least,
-                              owner=owner)
+                              owner=owner, base_commit_id=base_commit_id)
 
     async def delete(self, session_id: str, *, base_version: int | None = None) -> None:
         await run_sync(self.store.delete, session_id, base_version=base_version)
@@ -110,9 +111,10 @@ class AsyncStore:
     # ------------------------------------------------------------------ turns
 
     async def begin_turn(self, session_id: str, content: str | None = None, *,
-                         role: str = "user", turn_id: str | None = None) -> Session:
+                         role: str = "user", turn_id: str | None = None,
+                         route_key: str | None = None) -> Session:
         return await run_sync(self.store.begin_turn, session_id, content, role=role,
-                              turn_id=turn_id)
+                              turn_id=turn_id, route_key=route_key)
 
     async def checkpoint(self, session: Session, *, phase: str | None = None) -> Session:
         return await run_sync(self.store.checkpoint, session, phase=phase)
@@ -132,9 +134,10 @@ class AsyncStore:
         return await run_sync(self.store.repair_marker, session_id)
 
     async def quarantine(self, path: str, *, kind: str, reason: str,
-                         session_id: str | None = None, **kw: Any) -> str | None:
+                         session_id: str | None = None, code: str = ev.FILE_QUARANTINED,
+                         expect: os.stat_result | None = None) -> str | None:
         return await run_sync(self.store.quarantine, path, kind=kind, reason=reason,
-                              session_id=session_id, **kw)
+                              session_id=session_id, code=code, expect=expect)
 
     async def interrupted(self) -> list[Marker]:
         return await run_sync(self.store.interrupted)

@@ -136,6 +136,10 @@ def test_every_public_store_operation_has_a_twin() -> None:
             continue
         assert inspect.iscoroutinefunction(getattr(AsyncStore, n)) or n in ("lock",
                                                                              "subscribe"), n
+        # the same arguments, by the same names (Store.read_marker's ``sid`` is ``session_id``)
+        names = [{"sid": "session_id"}.get(x, x) for x in inspect.signature(getattr(Store, n))
+                 .parameters]
+        assert names == list(inspect.signature(getattr(AsyncStore, n)).parameters), n
 
 
 # ---------------------------------------------------------------------------------- the lock
