@@ -17,6 +17,7 @@ SESSIONS = "sessions"
 MARKERS = "markers"
 EVENTS = "events"
 QUARANTINE = "quarantine"
+ENTRIES = "entries"  # immutable entry files of the framework adapters: entries/<kind>/<id>.json
 
 _ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _OWN_NAME_RE = re.compile(r"([A-Za-z0-9_-]{1,128})\.json")
@@ -129,6 +130,10 @@ class Layout:
 
     def marker(self, session_id: str) -> str:
         return os.path.join(self.markers, session_id + ".json")
+
+    def entry(self, kind: str, entry_id: str) -> str:
+        """An adapter's immutable entry file (``kind``: the adapter, e.g. ``pydantic_ai``)."""
+        return os.path.join(self.root, ENTRIES, kind, validate_session_id(entry_id) + ".json")
 
     def directories(self) -> tuple[str, ...]:
         return (self.root, self.sessions, self.markers, self.events, self.quarantine)
