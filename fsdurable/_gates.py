@@ -95,42 +95,5 @@ def verdict(m: Marker, *, node_id: str, now: float, policy: RecoveryPolicy,
     return "resume"
 
 
-class Planned:
-    """One marker's verdict and age, from the marker alone: what a dry run reports."""
-
-    __slots__ = ("age", "marker", "verdict")
-
-    def __init__(self, marker: Marker, verdict: str, age: float) -> None:
-        self.marker, self.verdict, self.age = marker, verdict, age
-
-
-def plan(markers: list[Marker], *, node_id: str, now: float,
-         policy: RecoveryPolicy) -> list[Planned]:
-    """The dry run: each marker's verdict and age. ``recover(dry_run=True)`` (``_recovery``) and
-    ``fsdurable recover --dry-run`` both report this, so the CLI's dry run needs no attrs, no
-    loop and no session codec."""
-    return [Planned(m, verdict(m, node_id=node_id, now=now, policy=policy), now - m.checkpoint_at)
-            for m in markers]
-
-
-def planned_dict(p: Planned) -> dict[str, object]:
-    """A planned outcome as ``recover --dry-run --json`` prints it (the keys of a dry run's
-    ``Outcome``, with ``age_seconds`` and ``resume_attempts``)."""
-    m = p.marker
-    return {"session_id": m.session_id, "turn_id": m.turn_id, "node_id": m.node_id,
-            "verdict": p.verdict, "outcome": "planned", "reason": None, "error": None,
-            "status": None, "age_seconds": round(p.age, 3), "resume_attempts": m.resume_attempts}
-
-
-__all__ = [
-    "VERDICTS",
-    "Judged",
-    "Planned",
-    "RecoveryPolicy",
-    "from_future",
-    "judged",
-    "plan",
-    "planned_dict",
-    "trusted_time",
-    "verdict",
-]
+__all__ = ["VERDICTS", "Judged", "RecoveryPolicy", "from_future", "judged", "trusted_time",
+           "verdict"]

@@ -103,9 +103,9 @@ def test_cli_interrupted_and_dry_run_import_none_and_agree_with_the_library(
         if argv[0] == "recover":
             got = json.loads(p.stdout)
             want = recover(store, AgentLoop(store, ScriptedModel([]), []), dry_run=True).to_dict()
-            for o in want["outcomes"]:
-                o["age_seconds"] = o.pop("age")
-                o["resume_attempts"] = o.pop("attempts")
-            for o in got["outcomes"] + want["outcomes"]:
-                o.pop("age_seconds")  # measured at two different moments
-            assert got == want
+            keys = ("session_id", "turn_id", "node_id", "verdict", "outcome", "reason")
+            assert got["dry_run"] is True
+            assert [{k: o[k] for k in keys} for o in got["outcomes"]] == \
+                [{k: o[k] for k in keys} for o in want["outcomes"]]
+            assert [o["resume_attempts"] for o in got["outcomes"]] == \
+                [o["attempts"] for o in want["outcomes"]]
