@@ -153,6 +153,9 @@ class AsyncStore:
     async def emit(self, code: str, **kw: Any) -> Event | None:
         return await run_sync(self.store.emit, code, **kw)
 
+    async def prune_events(self, *, now: float | None = None) -> dict[str, Any]:
+        return await run_sync(self.store.prune_events, now=now)
+
     def subscribe(self, fn: Callable[[Event], None]) -> Callable[[], None]:
         """In-process subscriber (no disk): called in the thread that emits, often a worker."""
         return self.store.subscribe(fn)
