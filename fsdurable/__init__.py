@@ -17,6 +17,7 @@ _EXPORTS = {
     "Config": "._config",
     "DEFAULT_CONFIG": "._config",
     "ConflictError": "._errors",
+    "DurabilityUnknown": "._errors",
     "FsDurableError": "._errors",
     "HostError": "._errors",
     "InvalidSessionId": "._errors",
@@ -89,6 +90,7 @@ if TYPE_CHECKING:  # explicit re-exports (`X as X`): mypy --strict users see the
     from ._doctor import Finding as Finding
     from ._doctor import doctor as doctor
     from ._errors import ConflictError as ConflictError
+    from ._errors import DurabilityUnknown as DurabilityUnknown
     from ._errors import FsDurableError as FsDurableError
     from ._errors import HostError as HostError
     from ._errors import InvalidSessionId as InvalidSessionId

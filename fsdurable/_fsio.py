@@ -12,7 +12,7 @@ a temp file beside the target (``~<name>.<random>.tmp``, a name Dropbox, Nextclo
 fsynced. When it returns, the new content survives a power cut. If it raises before the rename,
 the old content is still under the target name and the temp file is removed; if only the final
 directory fsync fails (EIO), the rename has happened but its durability is unknown — the caller
-sees a StorageError and must re-read before retrying (the commit's compare-and-swap does).
+sees ``DurabilityUnknown`` (a StorageError carrying the new file's stat): the change is made.
 """
 
 from __future__ import annotations
@@ -25,16 +25,19 @@ from typing import IO, Any
 
 from atomicwrites import AtomicWriter
 
-from ._errors import StorageError, UnreadableState
+from ._errors import DurabilityUnknown, StorageError, UnreadableState
 from ._layout import TEMP_SUFFIX, temp_prefix
 
 Recorder = Callable[[str, tuple[Any, ...]], None]
 _recorder: Recorder | None = None
 
 # Errors the disk gives that a caller can do nothing about but report: they become StorageError.
+# EISDIR/ENOTDIR/ENOTEMPTY: a directory (or a file) planted where the other belongs, e.g. a
+# directory at markers/<id>.json that no rename can replace.
 _STORAGE_ERRNOS = frozenset(
     e for e in (errno.ENOSPC, errno.EIO, errno.EACCES, errno.EPERM, errno.EROFS,
-                getattr(errno, "EDQUOT", None)) if e is not None
+                getattr(errno, "EDQUOT", None), errno.EISDIR, errno.ENOTDIR, errno.ENOTEMPTY)
+    if e is not None
 )
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -58,6 +61,11 @@ try:
     _F_FULLFSYNC: int | None = getattr(fcntl, "F_FULLFSYNC", None)
 except ImportError:  # Windows
     _F_FULLFSYNC = None
+# link() errors meaning "this filesystem has no hard links" (exFAT through FUSE: EPERM)
+_NO_HARD_LINKS = frozenset(
+    e for e in (errno.EPERM, errno.ENOTSUP, getattr(errno, "EOPNOTSUPP", None), errno.ENOSYS,
+                errno.EMLINK) if e is not None
+)
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 
@@ -184,19 +192,35 @@ class _Writer(AtomicWriter):  # type: ignore[misc]
             _fsync_fd(f.fileno())
 
     def commit(self, f: IO[bytes]) -> None:
-        directory = os.path.dirname(self._path)
         if self._overwrite:
             _rec("rename", self._tmp, self._path)
             _retry_sharing(os.replace, self._tmp, self._path)
         else:
-            _rec("link", self._tmp, self._path)
-            os.link(self._tmp, self._path)  # fails if the target exists: no overwrite
-            _rec("unlink", self._tmp)
-            os.unlink(self._tmp)
-        # the stat of OUR inode after the rename (which changed its ctime), race-free
+            try:
+                _rec("link", self._tmp, self._path)
+                os.link(self._tmp, self._path)  # fails if the target exists: no overwrite
+            except OSError as e:
+                if e.errno not in _NO_HARD_LINKS:
+                    raise
+                self._claim_then_rename()
+            else:
+                _rec("unlink", self._tmp)
+                os.unlink(self._tmp)
+        # the stat of OUR inode after the rename (which changed its ctime), race-free; the
+        # directory fsync follows in write_atomic (a failure there is DurabilityUnknown)
         self.final = os.fstat(self._keep)
-        if self._durable:
-            fsync_dir(directory)
+
+    def _claim_then_rename(self) -> None:
+        """Create-if-absent where hard links do not exist (exFAT, FAT, some network and FUSE
+        filesystems): claim the name with O_EXCL (FileExistsError if taken), then rename the
+        written temp file over the empty claim. A crash between the two leaves an empty file
+        under the name, which readers judge unreadable (never a half-written one)."""
+        _rec("create", self._path)
+        fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC,
+                     FILE_MODE)
+        os.close(fd)
+        _rec("rename", self._tmp, self._path)
+        os.replace(self._tmp, self._path)
 
     def close_keep(self) -> None:
         if self._keep >= 0:
@@ -224,10 +248,20 @@ def write_atomic(
             with writer.open() as f:
                 _rec("write", writer._tmp, data)
                 f.write(data)
-            assert writer.final is not None
-            return writer.final
+            final = writer.final
+            assert final is not None
         finally:
             writer.close_keep()
+    if durable:
+        try:
+            fsync_dir(os.path.dirname(path))
+        except OSError as e:  # renamed already: the new content is in place, not proven durable
+            name = errno.errorcode.get(e.errno or 0, str(e.errno))
+            raise DurabilityUnknown(
+                f"{path} was replaced, but the directory fsync failed ({e.strerror or name}): "
+                "the new content is in place and may not survive a power cut",
+                path=path, reason=name, errno=e.errno, stat=final) from e
+    return final
 
 
 def read_bounded(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
@@ -367,12 +401,51 @@ def append_line(path: str, line: bytes, *, durable: bool = True) -> None:
 
 
 def list_names(path: str) -> list[str]:
-    """One listing of a directory (``os.scandir``); [] if it does not exist."""
+    """One listing of a directory (``os.scandir``); [] if it does not exist. StorageError if the
+    disk refuses it (a directory at mode 0000: EACCES; a file in its place: ENOTDIR)."""
     try:
-        with os.scandir(path) as it:
+        with storage_errors(path, "list"), os.scandir(path) as it:
             return [e.name for e in it]
     except FileNotFoundError:
         return []
+
+
+# Filesystems that cannot keep POSIX modes: every entry shows the mount's mask whatever chmod
+# says (FAT, exFAT; "fuseblk" is exFAT or NTFS through FUSE, mounted without permissions).
+_NO_MODES_FS = frozenset({"vfat", "msdos", "exfat", "fuseblk", "fuse.exfat", "fuse.ntfs-3g"})
+_holds_modes: dict[int, bool] = {}
+
+
+def holds_modes(path: str) -> bool:
+    """Can the filesystem holding ``path`` keep a file mode (0600/0700)? Where it cannot, a wide
+    mode is the mount's doing, not a problem to report or repair. Linux: the filesystem type from
+    ``/proc/self/mountinfo`` (matched by device number); Windows never; elsewhere True."""
+    if not MODES_HELD:  # Windows: ACLs and a read-only bit, on every filesystem
+        return False
+    try:
+        dev = os.lstat(path).st_dev
+    except OSError:
+        return True
+    got = _holds_modes.get(dev)
+    if got is None:
+        got = _fs_type(dev) not in _NO_MODES_FS
+        _holds_modes[dev] = got
+    return got
+
+
+def _fs_type(dev: int) -> str | None:
+    if not hasattr(os, "major"):  # Windows: no mountinfo; modes mean little there anyway
+        return None
+    want = f"{os.major(dev)}:{os.minor(dev)}"
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 3 and fields[2] == want and "-" in fields:
+                    return fields[fields.index("-") + 1]
+    except OSError:
+        pass
+    return None
 
 
 def chmod(path: str, mode: int) -> None:

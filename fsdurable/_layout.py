@@ -17,6 +17,7 @@ SESSIONS = "sessions"
 MARKERS = "markers"
 EVENTS = "events"
 QUARANTINE = "quarantine"
+ENTRIES = "entries"  # immutable entry files of the framework adapters: entries/<kind>/<id>.json
 
 _ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _OWN_NAME_RE = re.compile(r"([A-Za-z0-9_-]{1,128})\.json")
@@ -130,6 +131,10 @@ class Layout:
     def marker(self, session_id: str) -> str:
         return os.path.join(self.markers, session_id + ".json")
 
+    def entry(self, kind: str, entry_id: str) -> str:
+        """An adapter's immutable entry file (``kind``: the adapter, e.g. ``pydantic_ai``)."""
+        return os.path.join(self.root, ENTRIES, kind, validate_session_id(entry_id) + ".json")
+
     def directories(self) -> tuple[str, ...]:
         return (self.root, self.sessions, self.markers, self.events, self.quarantine)
 
@@ -222,6 +227,14 @@ def node_id(root: str | None = None) -> str:
     try:
         _fsio.write_atomic(path, value.encode() + b"\n", overwrite=False)
     except FileExistsError:  # another process created it first: theirs wins
-        with open(path, encoding="ascii") as f:
-            value = f.read(200).strip()
+        import time
+
+        for _ in range(50):
+            with open(path, encoding="ascii", errors="replace") as f:
+                theirs = f.read(200).strip()
+            if _ID_RE.fullmatch(theirs):
+                return theirs
+            time.sleep(0.02)  # an empty claim (no hard links): its writer renames it in soon
+        # still empty or garbage: the leftover of a crash, not a live writer: replace it
+        _fsio.write_atomic(path, value.encode() + b"\n")
     return value

@@ -56,7 +56,8 @@ class Host(Protocol):
 class Outcome:
     """What recovery decided (``verdict``, from the marker alone) and did (``outcome``) for one
     marker. Outcomes: resumed, failed, abandoned, review_required, superseded, repaired, kept
-    (disabled), listed (foreign), busy (route held past the timeout), planned (dry run), left
+    (disabled), listed (foreign), busy (route held — a live turn, or a resume in flight
+    elsewhere — or the turn claimed by another process since it was listed), planned (dry run), left
     (``resume=False``: would resume, left for the host), error (the disk refused a write; the
     marker stays for the next start)."""
 
