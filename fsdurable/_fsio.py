@@ -419,7 +419,9 @@ _holds_modes: dict[int, bool] = {}
 def holds_modes(path: str) -> bool:
     """Can the filesystem holding ``path`` keep a file mode (0600/0700)? Where it cannot, a wide
     mode is the mount's doing, not a problem to report or repair. Linux: the filesystem type from
-    ``/proc/self/mountinfo`` (matched by device number); elsewhere True."""
+    ``/proc/self/mountinfo`` (matched by device number); Windows never; elsewhere True."""
+    if not MODES_HELD:  # Windows: ACLs and a read-only bit, on every filesystem
+        return False
     try:
         dev = os.lstat(path).st_dev
     except OSError:
