@@ -157,7 +157,7 @@ def test_a_second_park_keeps_the_first_unanswered_call(
     assert p.returncode == KILLED, p.stderr
     [o] = recover(st, build_loop(st, str(world))).outcomes
     assert o.outcome == "review_required"
-    _code, out = run(capsys, "review", "order", "--root", str(root))
+    _, out = run(capsys, "review", "order", "--root", str(root))
     calls = out["review"]
     assert len(calls) == 2 and len({c["turn_id"] for c in calls}) == 2
     assert all(c["answer"] is None for c in calls)
