@@ -231,6 +231,19 @@ def doctor(store: Store, *, repair: bool = False) -> list[Finding]:
     Never raises because of a bad file. Problems with ``repaired=False`` remain.
     """
     findings = _Scan(store, repair).run()
+    if repair:  # the event log's retention (Config.event_retention): this node's old day files
+        try:
+            pruned = store.prune_events()
+        except (FsDurableError, OSError) as e:
+            pruned = {"files": 0}
+            findings.append(Finding(code="events_not_pruned", severity=PROBLEM,
+                                    path=store.layout.events, repair="prune",
+                                    detail=f"the event log's retention could not be applied: {e}"))
+        if pruned["files"]:
+            findings.append(Finding(code="events_pruned", severity=INFO, path=store.layout.events,
+                                    detail=f"{pruned['files']} day files before "
+                                    f"{pruned['before_day']} removed (event_retention)",
+                                    repair="prune", repaired=True))
     if repair and any(f.repaired for f in findings):
         store.emit(ev.REPAIRED, repaired=sum(f.repaired for f in findings),
                    codes=sorted({f.code for f in findings if f.repaired}))

@@ -8,13 +8,13 @@ host's ``fsdurable.recover(store, loop)``. ``--dry-run`` only computes the verdi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from ._errors import TurnStateError
 from .cli import Result, _age, command, open_store, table
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up)
 if TYPE_CHECKING:
     import argparse
+    from typing import Any
 
 
 def _judged(st: Any) -> list[dict[str, Any]]:

@@ -7,14 +7,12 @@ marker removal) is repaired, with a ``marker_repaired`` event, when recovery or 
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import re
-import threading
 import time
-from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _discovery, _fsio
 from . import _events as ev
@@ -33,14 +31,19 @@ from ._layout import Layout, new_id, own_id, state_dir, validate_node_id, valida
 from ._recordcodec import encode_manifest, encode_marker, parse_manifest
 from ._records import Event, Manifest, Marker
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import Any, TypeVar
+
     from ._model import Session
     from ._watch import Change, StopEvent
+
+    _T = TypeVar("_T")
 
 # Opening a store and listing its markers imports only the standard library (DESIGN.md "Layers",
 # tests/test_startup_imports.py): attrs, the model and the session codec are imported where a
 # session is read or built.
-_T = TypeVar("_T")
 
 
 def _evolve(inst: _T, **changes: Any) -> _T:
@@ -106,10 +109,10 @@ class Store:
         self.clock = clock
         self._durable = config.fsync
         self._node_id = validate_node_id(node_id) if node_id is not None else None
-        self._mu = threading.Lock()
+        self._mu = _thread.allocate_lock()  # threading.Lock without importing threading
         self._seen: dict[str, _Seen] = {}  # session id -> what we last read or wrote
         self._marks: dict[str, tuple[StatKey, Marker]] = {}  # markers this store read or wrote
-        self._held = threading.local()
+        self._held = _thread._local()  # threading.local, likewise
         self._locks: Any = None
         self._log: ev.EventLog | None = None
         self.manifest = self._open(create)
@@ -169,6 +172,16 @@ class Store:
     def events(self, session_id: str | None = None) -> list[Event]:
         """Every node's events (optionally one session's), oldest first."""
         return self.log.read(session_id)
+
+    def prune_events(self, *, now: float | None = None) -> dict[str, Any]:
+        """Apply ``Config.event_retention`` to this node's event log: remove its day files older
+        than the window (whole UTC days), with one ``events_pruned`` event saying what went.
+        Never touches another node's log. ``doctor --repair`` calls this."""
+        at = self.clock() if now is None else now
+        done = self.log.prune(at - self.config.event_retention)
+        if done["files"]:
+            self.emit(ev.EVENTS_PRUNED, retention=self.config.event_retention, **done)
+        return done
 
     def watch(self, *, poll: bool = False, initial: bool = False,
               stop_event: StopEvent | None = None, debounce: float | None = None,

@@ -15,7 +15,8 @@ from typing import Any
 
 from .conftest import PYTHON, REPO, subprocess_env
 
-PARTS = ("startup", "discovery", "commit", "growth", "memory", "looplag", "adapters")
+PARTS = ("startup", "discovery", "commit", "growth", "memory", "looplag", "adapters",
+         "events")
 
 
 def stats_ok(r: dict[str, Any]) -> bool:

@@ -238,8 +238,8 @@ def kind_of(root: Path, path: str) -> str | None:
         return "manifest"
     if len(parts) == 2 and parts[0] in ("sessions", "markers") and parts[1].endswith(".json"):
         return parts[0][:-1]
-    if len(parts) == 3 and parts[0] == "events" and parts[2].endswith(".jsonl"):
-        return "event"
+    if len(parts) == 4 and parts[0] == "events" and parts[3].endswith(".jsonl"):
+        return "event"  # events/<node>/<session id or @store>/<day>.jsonl
     raise AssertionError(f"the store wrote a file no schema covers: {rel}")
 
 
@@ -326,7 +326,7 @@ def test_every_file_the_store_writes_validates(root: Path) -> None:
             assert_valid(sub[:-1], p.read_bytes(), where=str(p))
             found[sub[:-1]] += 1
     codes = set()
-    for p in sorted((root / "events").glob("*/*.jsonl")):
+    for p in sorted((root / "events").glob("*/*/*.jsonl")):
         for line in p.read_bytes().splitlines():
             assert_valid("event", line, where=str(p))
             codes.add(json.loads(line)["code"])
@@ -398,6 +398,6 @@ def test_every_file_the_demo_processes_write_validates(tmp_path: Path) -> None:
     for sub in ("sessions", "markers"):
         for f in (root / sub).iterdir():
             assert_valid(sub[:-1], f.read_bytes(), where=str(f))
-    for f in (root / "events").glob("*/*.jsonl"):
+    for f in (root / "events").glob("*/*/*.jsonl"):
         for line in f.read_bytes().splitlines():
             assert_valid("event", line, where=str(f))

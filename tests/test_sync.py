@@ -301,7 +301,8 @@ def test_take_over_refuses_a_turn_that_moved_on(root: Path) -> None:
 # ---------------------------------------------------------------------- machine-local state
 
 ALLOWED = re.compile(r"fsdurable\.json|sessions/[A-Za-z0-9_-]+\.json|markers/[A-Za-z0-9_-]+\.json"
-                     r"|events/[A-Za-z0-9_-]+/\d{4}-\d\d-\d\d\.jsonl|quarantine/.+")
+                     r"|events/[A-Za-z0-9_-]+/(?:[A-Za-z0-9_-]+|@store)/\d{4}-\d\d-\d\d\.jsonl"
+                     r"|quarantine/.+")
 
 
 def test_nothing_machine_local_is_written_inside_the_store(root: Path,
