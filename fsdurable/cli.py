@@ -150,9 +150,9 @@ def _doctor(args: argparse.Namespace) -> Result:
 
     findings = doctor(open_store(args), repair=args.repair)
     left = problems(findings)
-    rows = [[f.severity, f.code, f.session_id or "", "repaired" if f.repaired else
-             (f.repair or ""), f.detail] for f in findings]
-    text = table(rows, ["severity", "finding", "session", "repair", "detail"]) if rows else ""
+    rows = [[f.severity, f.code, f.path, "repaired" if f.repaired else (f.repair or ""),
+             f.detail] for f in findings]
+    text = table(rows, ["severity", "finding", "path", "repair", "detail"]) if rows else ""
     text += f"\n{len(findings)} findings, {len(left)} problems left" if rows else "store is healthy"
     return (1 if left else 0), {"findings": [f.to_dict() for f in findings],
                                 "problems": len(left)}, text
@@ -179,7 +179,7 @@ def _parser() -> argparse.ArgumentParser:
 # Modules that add commands with @command, imported before parsing: recovery (`recover`, and the
 # verdicts of `interrupted`, by re-registering it), the demo (`demo`), sync (`adopt`, `resolve`,
 # `watch`). A module that is not there yet is skipped.
-PLUGINS = ("._recovery_cli", ".demo", "._sync_cli")
+PLUGINS = ("._recovery_cli", ".demo", "._sync_cli", "._quarantine_cli")
 
 
 def _load_plugins() -> None:

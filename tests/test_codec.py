@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fsdurable
-from fsdurable import _codec
+from fsdurable import _codec, _repair
 from fsdurable._codec import (
     encode_event,
     encode_manifest,
@@ -547,6 +547,9 @@ def test_v1_session_loads_through_the_store_and_is_rewritten(root: Path) -> None
     seen: list[Event] = []
     store.subscribe(seen.append)
 
+    old = store.load(V1_ID)  # a read migrates in memory only: the file stays as it was
+    assert old.version == 7 and path.read_bytes() == (DATA / "session_v1.json").read_bytes()
+    assert _repair.repair_session(store, V1_ID).action == "migrated"  # the repair gate
     s = store.load(V1_ID)
 
     assert s.version == 8  # the rewrite is a commit: 7 -> 8, through the commit function
@@ -583,6 +586,7 @@ def test_v1_session_in_progress_migrates_attempts_and_gets_its_marker(root: Path
                              "status": "intent", "intent_at": 1764403400.0}]}
     (root / "sessions" / f"{V1_ID}.json").write_bytes(dumps(d))
 
+    assert _repair.repair_session(store, V1_ID).action == "migrated"
     s = store.load(V1_ID)
 
     assert s.in_progress and s.turn is not None
@@ -611,6 +615,8 @@ def test_a_broken_v1_file_is_quarantined_not_half_migrated(root: Path) -> None:
     with pytest.raises(UnreadableState) as info:
         store.load(V1_ID)
     assert info.value.reason == "wrong_type"
+    assert path.exists()  # a read never moves it; the repair gate does
+    assert _repair.repair_session(store, V1_ID).action == "quarantined"
     assert not path.exists()
     [moved] = list((root / "quarantine").iterdir())
     assert json.loads(moved.read_bytes()) == d  # moved aside untouched, never deleted
@@ -626,5 +632,9 @@ def test_store_quarantines_unknown_version_and_wrong_kind(root: Path, fmt: str) 
     with pytest.raises(UnreadableState) as info:
         store.load("s9")
     assert info.value.reason == ("unknown_version" if "/3" in fmt else "wrong_kind")
+    act = _repair.repair_session(store, "s9")
+    if "/3" in fmt:  # a newer fsdurable's file: never moved, reported
+        assert act.action == "needs_newer" and store.events("s9") == []
+        return
     [ev] = store.events("s9")
     assert ev.code == "session_quarantined" and ev.reason == info.value.reason
