@@ -129,7 +129,7 @@ def judge_marker(store: Store, sid: str) -> tuple[Judged, Marker | None]:
 
 def owner_of(s: Session) -> str | None:
     """The node that owns the session's turn in progress (None: not recorded, format 2)."""
-    return getattr(s.turn, "node_id", None) if s.turn is not None else None
+    return s.turn.node_id if s.turn is not None else None
 
 
 _WOULD = {"quarantined": "would_quarantine", "rebuilt_marker": "would_rebuild_marker",
@@ -266,6 +266,9 @@ def repair_session(store: Store, sid: str, *, dry_run: bool = False) -> Act:
         if not migrated:
             return Act(NOTHING, path, sid)
         owner = owner_of(s)
+        if s.in_progress and owner is None:  # format 2 did not record it: its marker does
+            _, m = judge_marker(store, sid)
+            owner = m.node_id if m is not None else None
         if s.in_progress and foreign(store, owner):
             return Act(WAITING, path, sid, reason="foreign_turn",
                        detail=f"node {owner} owns its turn in progress")

@@ -148,7 +148,7 @@ def test_a_file_replaced_after_judgement_is_never_moved(root: Path,
     """Item 6: the reader rejects an oversized file before it returns a stat; a good commit
     replaces it before the repair acts. The good session must stay. Failed on 4563120 (doctor's
     quarantine passed no expect and moved the good file)."""
-    st = Store(root, config=attrs.evolve(Config(), max_file_bytes=4096))
+    st = Store(root, config=Config(max_file_bytes=4096))
     good = st.create("s")
     good_bytes = Path(st.layout.session("s")).read_bytes()
     Path(st.layout.session("s")).write_bytes(b"x" * 10_000)
@@ -322,3 +322,22 @@ def test_enospc_while_quarantining_leaves_the_file(store: Store,
         _fsio.set_recorder(prev)
     assert Path(store.layout.session("bad")).read_bytes() == b"garbage"
     assert [f.repaired for f in findings if f.code == "unreadable_session"] == [False]
+
+
+def test_a_torn_marker_of_another_node_keeps_its_owner(root: Path) -> None:
+    """Item 2a: B's marker is torn; B's session (format 3) records B as the turn's owner. Node
+    A's recovery and `doctor --repair` neither rebuild it with A's id nor resume B's turn; B's
+    own recovery rebuilds it, still B's. Failed on 4563120 (A rebuilt it as its own and
+    resumed it)."""
+    a, b = _foreign_turn(root)
+    Path(b.layout.marker("x")).write_bytes(b'{"format": "fsdurable.marker/1", "sess')
+    before = tree(root)
+    loop = Loop()
+    [o] = recover(a, loop).outcomes
+    findings = doctor(a, repair=True)
+    assert loop.resumed == [] and o.outcome == "waiting_for_sync" and tree(root) == before
+    assert any(f.code == "waiting_for_sync" for f in findings)
+    mine = Loop()
+    [o] = recover(Store(root, node_id="node-b"), mine).outcomes
+    assert o.outcome == "resumed" and mine.resumed == ["x"]
+    assert Store(root).load("x").turn is not None
