@@ -10,11 +10,10 @@ from .cli import Result, command, open_store, table
 
 
 def _args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", nargs="?", choices=("list", "restore"), default="list",
+    p.add_argument("words", nargs="*", metavar="list | restore NAME | NAME",
                    help="list (default): what is there, why, when; restore NAME: put a fixed "
-                        "session back through the commit function")
-    p.add_argument("names", nargs="*", metavar="NAME",
-                   help="file name(s) in quarantine/ (as `list` shows them)")
+                        "session back through the commit function; with --purge: the NAMEs "
+                        "(file names in quarantine/, as `list` shows them)")
     p.add_argument("--purge", action="store_true",
                    help="DELETE the named files (all of them if none is named), each an event")
 
@@ -24,19 +23,24 @@ def _args(p: argparse.ArgumentParser) -> None:
 def _quarantine(args: argparse.Namespace) -> Result:
     from ._quarantine import listing, purge, restore
 
+    words = list(args.words)
+    action = words.pop(0) if words and words[0] in ("list", "restore") else "list"
     st = open_store(args)
     if args.purge:
-        if args.action != "list":
+        if action != "list":
             raise InvalidState("--purge cannot be combined with restore", reason="usage")
-        gone = purge(st, list(args.names) or None)
+        gone = purge(st, words or None)
         return 0, {"purged": gone}, (f"deleted {len(gone)} file(s):\n  " + "\n  ".join(gone)
                                      if gone else "quarantine/ is empty")
-    if args.action == "restore":
-        if len(args.names) != 1:
+    if action == "restore":
+        if len(words) != 1:
             raise InvalidState("restore takes one NAME", reason="usage")
-        s = restore(st, args.names[0])
-        return 0, {"session_id": s.id, "version": s.version, "restored": args.names[0]}, (
-            f"restored {s.id} (now version {s.version}) from quarantine/{args.names[0]}")
+        s = restore(st, words[0])
+        return 0, {"session_id": s.id, "version": s.version, "restored": words[0]}, (
+            f"restored {s.id} (now version {s.version}) from quarantine/{words[0]}")
+    if words:
+        raise InvalidState(f"unexpected {' '.join(words)!r}: names go with restore or --purge",
+                           reason="usage")
     items = listing(st)
     rows = [[q.name, q.kind, q.reason or "?", q.session_id or "", str(q.size)] for q in items]
     text = table(rows, ["name", "was", "why", "session", "bytes"]) if rows else "(empty)"

@@ -341,3 +341,105 @@ def test_a_torn_marker_of_another_node_keeps_its_owner(root: Path) -> None:
     [o] = recover(Store(root, node_id="node-b"), mine).outcomes
     assert o.outcome == "resumed" and mine.resumed == ["x"]
     assert Store(root).load("x").turn is not None
+
+
+# ------------------------------------------------------------------ item 19: resolve --keep newest
+
+
+def test_resolve_newest_keeps_the_latest_commit_not_the_highest_version(store: Store) -> None:
+    """Item 19: the local file is at version 5 (committed first); the far copy is at version 3,
+    committed later on another node. `newest` keeps the later commit and never lists the kept
+    copy among the losers. Failed on 4563120 (kept version 5; the kept copy was listed)."""
+    from fsdurable._sync import resolve
+
+    s = store.create("r")
+    for _ in range(4):
+        s = store.save(s)
+    assert s.version == 5
+    far = attrs.evolve(s, version=3, updated_at=s.updated_at + 60,
+                       metadata={"from": "far, later"})
+    copy = os.path.join(store.layout.sessions, "r.sync-conflict-20261130-101010-ABCDEFG.json")
+    Path(copy).write_bytes(encode_session(far))
+    res = resolve(store, "r", keep="newest")
+    assert res.kept == copy and res.kept_version == 3
+    assert store.load("r").metadata == {"from": "far, later"} and res.version == 6
+    assert len(res.quarantined) == 1  # the old local content, copied aside
+    assert all("sync-conflict" not in os.path.basename(q) for q in res.quarantined)
+
+
+# ------------------------------------------------------------- quarantine: list, restore, purge
+
+
+def _cli(root: Path, *args: str) -> tuple[int, Any]:
+    p = subprocess.run([PYTHON, "-m", "fsdurable", "--root", str(root), *args, "--json"],
+                       env=subprocess_env(), capture_output=True, text=True, timeout=60,
+                       check=False)
+    return p.returncode, json.loads(p.stdout) if p.stdout.strip() else None
+
+
+def test_quarantine_list_restore_and_purge(root: Path) -> None:
+    st = Store(root)
+    s = st.create("q", metadata={"keep": "me"})
+    good = Path(st.layout.session("q")).read_bytes()
+    Path(st.layout.session("q")).write_bytes(good[:-5])  # torn
+    Path(st.layout.marker("z")).write_bytes(b"\x00junk")
+    doctor(st, repair=True)
+    code, out = _cli(root, "quarantine")
+    assert code == 0
+    items = {q["kind"]: q for q in out["quarantined"]}
+    assert set(items) == {"session", "marker"}
+    sq = items["session"]
+    assert sq["session_id"] == "q" and sq["reason"] == "invalid_json" and sq["restorable"]
+    assert sq["at"] is not None and items["marker"]["restorable"] is False
+    # a restore of a file still broken fails, nothing moves
+    code, err = _cli(root, "quarantine", "restore", sq["name"])
+    assert code == 1 and err["reason"] == "invalid_json"
+    # a human fixes it, then restores it: through the commit function, version moves on
+    Path(sq["path"]).write_bytes(good)
+    code, out = _cli(root, "quarantine", "restore", sq["name"])
+    assert code == 0 and out["version"] == s.version + 1
+    back = Store(root).load("q")
+    assert back.metadata == {"keep": "me"} and back.version == s.version + 1
+    assert [e.code for e in Store(root).events("q")][-1] == "quarantine_restored"
+    # restoring over an existing session is refused
+    Path(sq["path"]).write_bytes(good)
+    code, err = _cli(root, "quarantine", "restore", sq["name"])
+    assert code == 1 and err["reason"] == "exists"
+    # nothing is deleted without --purge; --purge NAME deletes that one, with an event
+    assert len(os.listdir(st.layout.quarantine)) == 2
+    code, out = _cli(root, "quarantine", "--purge", items["marker"]["name"])
+    assert code == 0 and len(out["purged"]) == 1
+    assert len(os.listdir(st.layout.quarantine)) == 1
+    assert "quarantine_purged" in [e.code for e in Store(root).events("z")]
+    code, out = _cli(root, "quarantine", "--purge")
+    assert code == 0 and os.listdir(st.layout.quarantine) == []
+
+
+def test_doctor_table_shows_each_findings_path(root: Path) -> None:
+    st = Store(root)
+    Path(st.layout.session("bad")).write_bytes(b"nope")
+    p = subprocess.run([PYTHON, "-m", "fsdurable", "--root", str(root), "doctor"],
+                       env=subprocess_env(), capture_output=True, text=True, timeout=60,
+                       check=False)
+    assert p.returncode == 1 and st.layout.session("bad") in p.stdout
+
+
+# ------------------------------------------------------------- item 13: doctor and the event log
+
+
+def test_doctor_reports_events_that_would_vanish(root: Path, tmp_path: Path) -> None:
+    """Item 13 (doctor's part): a day file over the cap, events/<node> as a symlink. Failed on
+    4563120 (doctor said healthy)."""
+    st = Store(root, config=Config(max_file_bytes=4096))
+    st.create("s")
+    st.begin_turn("s", "an event")
+    [day] = list(Path(st.layout.events).glob("*/*.jsonl"))
+    with open(day, "ab") as f:
+        f.write(b'{"x": 1}\n' * 1000)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, Path(st.layout.events) / "node-linked")
+    codes = [f.code for f in problems(doctor(st))]
+    assert "events_over_cap" in codes and "events_symlink" in codes
+    doctor(st, repair=True)
+    assert not os.path.lexists(Path(st.layout.events) / "node-linked") and elsewhere.is_dir()
