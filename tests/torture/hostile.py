@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "hostile"
-NODE = "node-test"
+NODE = "node-test"  # the node that wrote the corpus: its files are this run's own
 T = 1_800_000_000.0  # a fixed instant; the check's clock is set near it
 
 
@@ -221,7 +221,7 @@ def _generate(root: str, outside: str) -> dict[str, dict[str, str]]:
 def _good_store(root: str, clock: Any) -> Any:
     from fsdurable._store import Store
 
-    st = Store(root, clock=clock)
+    st = Store(root, clock=clock, node_id=NODE)
     for sid in GOOD_IDS:
         st.create(sid, metadata={"good": True})
     return st
@@ -252,12 +252,12 @@ def survive(base: str, only: str | None = None) -> tuple[int, list[str]]:
     out: list[str] = []
     outside_before = {p: Path(outside, p).read_bytes() for p in os.listdir(outside)}
     try:
-        st = Store(root, clock=clock)
+        st = Store(root, clock=clock, node_id=NODE)
         st.interrupted()
         recover(st, recovery_loop(st))
         doctor(st)
         doctor(st, repair=True)
-        st2 = Store(root, clock=clock)
+        st2 = Store(root, clock=clock, node_id=NODE)
         st2.interrupted()
         recover(st2, recovery_loop(st2))
         left = problems(doctor(st2, repair=True))
