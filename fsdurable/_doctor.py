@@ -172,6 +172,15 @@ class _Scan:
         if got is None:
             return None
         j, s, migrated = got
+        if s is not None:
+            from ._review import parked  # a parked call is a human's to answer: never "healthy"
+
+            waiting = [c for c in parked(s) if c["answer"] is None]
+            if waiting:
+                self.add("review_required", path, f"{len(waiting)} call(s) may or may not have "
+                         f"run ({', '.join(str(c.get('tool')) for c in waiting)}): a human "
+                         f"answers with `fsdurable review {sid} --ran|--did-not-run`",
+                         session_id=sid)
         if j.error is None and not migrated:
             return s
         plan = _repair.repair_session(self.store, sid, dry_run=True)

@@ -38,6 +38,8 @@ ADOPTED = "interrupted_turn_adopted"
 CONFLICT_RESOLVED = "conflict_resolved"
 TOOL_REFUSED = "tool_refused"
 CLOCK_STEP = "clock_step"  # a checkpoint time from the future: never used to judge staleness
+REVIEW_ANSWERED = "review_answered"  # a human said whether a parked call ran (fsdurable review)
+REVIEW_RERUN = "review_rerun"  # a call answered "did not run" was run again, attended, same key
 
 Subscriber = Callable[[Event], None]
 
