@@ -285,10 +285,19 @@ def _resolve_locked(store: Store, sid: str, keep: str) -> Resolution:
             base, base_commit = 0, ""
         else:
             base, base_commit = 0, ""
-        # ConflictError if it moved meanwhile; the result is newer than every version seen, so
-        # "highest version" keeps meaning "latest" on every machine the copies came from
+        # ConflictError if it moved meanwhile; the result is above every version seen, so
+        # versions keep increasing on every machine the copies came from
         top = max((v.version or 0 for v in (*sess, winner)), default=0)
         s = store.commit(winner.session, base, at_least=top + 1, base_commit_id=base_commit)
+        version = s.version
+    elif mode == KEEP_NEWEST and any((v.version or 0) >= (local.version or 0) for v in copies):
+        # the local file is the latest commit but a copy carries a version as high: re-commit
+        # it above every version seen (the same content), so no copy's number is ever reused
+        # (``--keep local`` leaves the local file untouched, as its name says)
+        assert local is not None and local.session is not None
+        top = max(v.version or 0 for v in sess)
+        s = store.commit(local.session, local.version or 0, at_least=top + 1,
+                         base_commit_id=local.session.commit_id)
         version = s.version
     kept_moved = None
     for v in copies:
