@@ -28,7 +28,8 @@ def _interrupted(args: argparse.Namespace) -> Result:
     pol = RecoveryPolicy.from_config(st.config)
     now = st.clock()
     data = []
-    for m in st.interrupted():  # one listing of markers/; sessions are never read
+    markers, bad = st.scan_markers()  # one listing of markers/; sessions are never read
+    for m in markers:
         data.append({"session_id": m.session_id, "turn_id": m.turn_id, "node_id": m.node_id,
                      "verdict": verdict(m, node_id=st.node_id, now=now, policy=pol),
                      "age_seconds": round(now - m.checkpoint_at, 3),
@@ -36,8 +37,12 @@ def _interrupted(args: argparse.Namespace) -> Result:
                      "source": m.source, "checkpoint_at": m.checkpoint_at})
     rows = [[d["session_id"], d["verdict"], _age(d["age_seconds"]), str(d["resume_attempts"]),
              d["node_id"]] for d in data]
+    # a marker that cannot be read is listed as bad, never moved: recover / doctor --repair
+    # take it to the repair gate
+    rows += [[sid, f"unreadable ({why})", "", "", ""] for sid, why in bad]
     text = table(rows, ["session", "verdict", "age", "attempts", "node"]) if rows else "(none)"
-    return 0, {"interrupted": data}, text
+    return 0, {"interrupted": data,
+               "unreadable": [{"session_id": sid, "reason": why} for sid, why in bad]}, text
 
 
 class _NoLoop:

@@ -108,6 +108,11 @@ def test_reads_and_dry_runs_change_nothing_on_disk(root: Path) -> None:
         subprocess.run([PYTHON, "-m", "fsdurable", "--root", str(root), *args],
                        env=subprocess_env(), capture_output=True, check=False, timeout=60)
     assert tree(root) == before
+    listed = subprocess.run([PYTHON, "-m", "fsdurable", "--root", str(root), "interrupted",
+                             "--json"], env=subprocess_env(), capture_output=True, text=True,
+                            check=True, timeout=60)
+    assert json.loads(listed.stdout)["unreadable"] == [
+        {"session_id": "live", "reason": "invalid_json"}]  # reported as bad, left in place
     # the dry run says what a real run would do, not "planned" for everything
     by = {o.session_id: o.outcome for o in report.outcomes}
     assert by["old"] == "would_abandon" and by["orph"] == "would_repair"
