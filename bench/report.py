@@ -15,7 +15,7 @@ from typing import Any
 from ._harness import RESULTS, fmt_time
 
 README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "README.md")
-PARTS = ("startup", "discovery", "commit", "growth", "memory")
+PARTS = ("startup", "discovery", "commit", "growth", "memory", "adapters")
 
 
 def load(results: str) -> dict[str, Any]:
@@ -472,6 +472,12 @@ def render(data: dict[str, Any], made: list[str]) -> str:
         parts += [growth(data["growth"]), ""]
     if "memory" in data:
         parts += ["## Memory", "", memory(data["memory"]), ""]
+    for name, title in (("adapters", "Framework adapters: the import a user pays"),):
+        if name in data:
+            import importlib
+
+            parts += [f"## {title}", "", importlib.import_module(f"bench.{name}").section(
+                data[name]), ""]
     parts += [METHOD]
     return "\n".join(parts)
 

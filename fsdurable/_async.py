@@ -23,6 +23,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from . import _events as ev
 from ._aio import run_sync
 from ._config import DEFAULT_CONFIG, Config
 from ._errors import LockTimeout
@@ -52,8 +53,12 @@ class AsyncStore:
                    config: Config = DEFAULT_CONFIG, node_id: str | None = None,
                    clock: Callable[[], float] = time.time, create: bool = True) -> AsyncStore:
         """Open (or create) the store at ``root`` in a worker thread."""
-        return cls(await run_sync(Store, root, config=config, node_id=node_id, clock=clock,
-                                  create=create))
+        def opened() -> Store:
+            s = Store(root, config=config, node_id=node_id, clock=clock, create=create)
+            s.node_id  # noqa: B018 — resolved here: it may read its file once
+            return s
+
+        return cls(await run_sync(opened))
 
     @property
     def root(self) -> str:
@@ -62,6 +67,10 @@ class AsyncStore:
     @property
     def config(self) -> Config:
         return self.store.config
+
+    @property
+    def node_id(self) -> str:
+        return self.store.node_id
 
     def __repr__(self) -> str:
         return f"AsyncStore({self.store.root!r})"
@@ -92,9 +101,9 @@ class AsyncStore:
         return await run_sync(self.store.patch, session_id, fn)
 
     async def commit(self, new: Session, base_version: int, *, at_least: int = 0,
-                     owner: str | None = None) -> Session:
+                     owner: str | None = None, base_commit_id: str | None = None) -> Session:
         return await run_sync(self.store.commit, new, base_version, at_least=at_least,
-                              owner=owner)
+                              owner=owner, base_commit_id=base_commit_id)
 
     async def delete(self, session_id: str, *, base_version: int | None = None) -> None:
         await run_sync(self.store.delete, session_id, base_version=base_version)
@@ -102,9 +111,10 @@ class AsyncStore:
     # ------------------------------------------------------------------ turns
 
     async def begin_turn(self, session_id: str, content: str | None = None, *,
-                         role: str = "user", turn_id: str | None = None) -> Session:
+                         role: str = "user", turn_id: str | None = None,
+                         route_key: str | None = None) -> Session:
         return await run_sync(self.store.begin_turn, session_id, content, role=role,
-                              turn_id=turn_id)
+                              turn_id=turn_id, route_key=route_key)
 
     async def checkpoint(self, session: Session, *, phase: str | None = None) -> Session:
         return await run_sync(self.store.checkpoint, session, phase=phase)
@@ -127,6 +137,16 @@ class AsyncStore:
 
         act = await run_sync(repair_marker, self.store, session_id)
         return act.action if act.acted else None
+
+    async def quarantine(self, path: str, *, kind: str, reason: str,
+                         session_id: str | None = None, code: str = ev.FILE_QUARANTINED,
+                         expect: os.stat_result | None = None) -> str | None:
+        """The repair gate's ``quarantine`` off the loop: moves ``path`` only if it is still the
+        file judged (``expect``; None: nothing is moved)."""
+        from ._repair import quarantine
+
+        return await run_sync(quarantine, self.store, path, kind=kind, reason=reason,
+                              expect=expect, session_id=session_id, code=code)
 
     async def interrupted(self) -> list[Marker]:
         return await run_sync(self.store.interrupted)
@@ -186,6 +206,20 @@ class AsyncStore:
                 yield c
             if stop_event is not None and stop_event.is_set():
                 return
+
+
+StoreLike = Store | AsyncStore | str | os.PathLike[str] | None
+
+
+def as_store(store: StoreLike) -> Store:
+    """The ``Store`` behind what an adapter was given: a ``Store``, an ``AsyncStore``, or a root
+    path (opened here and now — in a coroutine, pass ``await AsyncStore.open(root)`` instead to
+    keep even the opening off the loop; None: ``$FSDURABLE_ROOT``)."""
+    if isinstance(store, AsyncStore):
+        return store.store
+    if isinstance(store, Store):
+        return store
+    return Store(store)
 
 
 async def _acquire(store: Store, route_key: str, timeout: float

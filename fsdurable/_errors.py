@@ -81,6 +81,13 @@ class TurnStateError(FsDurableError, RuntimeError):
     """The operation does not fit the session's turn state (e.g. a turn already in progress)."""
 
 
+class HostError(FsDurableError, RuntimeError):
+    """The host used the loop in a way that cannot work — an async model or tool called from the
+    sync ``run`` inside a running event loop, a model that returns no ``Reply``. A programming
+    error, not a crash: the turn ends ``failed`` (``turn_failed`` event), it is never left for
+    recovery to retry."""
+
+
 class StorageError(FsDurableError, OSError):
     """The disk refused an operation (ENOSPC, EIO, EACCES, read-only store, ...).
 
@@ -95,9 +102,25 @@ class StorageError(FsDurableError, OSError):
         return self.message
 
 
+class DurabilityUnknown(StorageError):
+    """The change IS made: the new content is in place under its name, but the disk refused to
+    confirm it durable (EIO on the directory fsync after the rename), so a power cut might still
+    undo it. For a commit, ``session`` is the session now on disk at its new version: do not
+    retry the change (that would be a ConflictError); continue from ``session``.
+    ``stat`` is the new file's stat."""
+
+    def __init__(self, message: str, *, session: Any = None, stat: Any = None,
+                 **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.session = session
+        self.stat = stat
+
+
 __all__ = [
     "ConflictError",
+    "DurabilityUnknown",
     "FsDurableError",
+    "HostError",
     "InvalidSessionId",
     "InvalidState",
     "LockTimeout",

@@ -22,6 +22,7 @@ from ._records import Event
 TURN_STARTED = "turn_started"
 TURN_COMPLETED = "turn_completed"
 TURN_CANCELLED = "turn_cancelled"
+TURN_FAILED = "turn_failed"  # a host's programming error ended the turn (never retried)
 RESUMING = "interrupted_turn_resuming"
 RESUMED = "interrupted_turn_resumed"
 RESUME_FAILED = "interrupted_turn_resume_failed"

@@ -15,7 +15,7 @@ from typing import Any
 
 from .conftest import PYTHON, REPO, subprocess_env
 
-PARTS = ("startup", "discovery", "commit", "growth", "memory")
+PARTS = ("startup", "discovery", "commit", "growth", "memory", "looplag", "adapters")
 
 
 def stats_ok(r: dict[str, Any]) -> bool:
@@ -46,5 +46,9 @@ def test_quick_bench_completes_and_writes_valid_json(tmp_path: Path) -> None:
     assert {r["size"] for r in docs["commit"]["rows"]} >= {1024, 65536}
     assert docs["growth"]["checkpoint_growth"] and docs["growth"]["throughput"]
     assert docs["memory"]["rows"][0]["fsdurable"]["found"] == 10
+    lag = docs["looplag"]["results"]
+    assert all(stats_ok(lag[m]["lag"]) for m in ("async", "sync"))
+    ad = docs["adapters"]
+    assert stats_ok(ad["results"]["interpreter"]) and stats_ok(ad["results"]["openai_agents"])
     # the quick run never rewrites the committed README or results
     assert not (out / "README.md").exists()
