@@ -105,6 +105,20 @@ def judge(store: Store, path: str, max_bytes: int | None = None) -> Judged:
     return Judged(path, st, data=data)
 
 
+def _case_alias(directory: str, sid: str) -> bool:
+    """On a case-insensitive filesystem ``chat.json`` opens ``Chat.json``: another session's
+    file, never judged as ``chat``'s (it would look like a file about the wrong session)."""
+    want = sid + ".json"
+    names = _fsio.list_names(directory)
+    return want not in names and any(n.lower() == want.lower() for n in names)
+
+
+def _about(j: Judged, e: UnreadableState, directory: str, sid: str) -> Judged:
+    if e.reason == "wrong_id" and _case_alias(directory, sid):
+        return Judged(j.path, None)  # not there: the name is another id's
+    return attrs.evolve(j, error=e)
+
+
 def judge_session(store: Store, sid: str) -> tuple[Judged, Session | None, bool]:
     j = judge(store, store.layout.session(sid))
     if j.data is None:
@@ -112,7 +126,7 @@ def judge_session(store: Store, sid: str) -> tuple[Judged, Session | None, bool]
     try:
         s, migrated = parse_session(j.data, path=j.path, session_id=sid)
     except UnreadableState as e:
-        return attrs.evolve(j, error=e), None, False
+        return _about(j, e, store.layout.sessions, sid), None, False
     return j, s, migrated
 
 
@@ -124,7 +138,7 @@ def judge_marker(store: Store, sid: str) -> tuple[Judged, Marker | None]:
     try:
         return j, parse_marker(j.data, path=j.path, session_id=sid)
     except UnreadableState as e:
-        return attrs.evolve(j, error=e), None
+        return _about(j, e, store.layout.markers, sid), None
 
 
 def owner_of(s: Session) -> str | None:

@@ -448,3 +448,32 @@ def test_doctor_reports_events_that_would_vanish(root: Path, tmp_path: Path) -> 
     assert "events_over_cap" in codes and "events_symlink" in codes
     doctor(st, repair=True)
     assert not os.path.lexists(Path(st.layout.events) / "node-linked") and elsewhere.is_dir()
+
+
+# ------------------------------------------------------------- a case-insensitive filesystem
+
+from . import exfat  # noqa: E402
+
+exfat_mount = exfat.exfat_mount  # the fixtures (a real exFAT mount; skipped where impossible)
+exfat_dir = exfat.exfat_dir
+
+
+def test_the_gate_never_takes_a_case_alias_for_a_bad_file(exfat_dir: Path) -> None:
+    """On exFAT ``markers/chat.json`` opens ``Chat``'s marker and ``sessions/chat.json`` its
+    session: files about another id. The gate reports nothing to do, moves nothing."""
+    st = Store(exfat_dir / "store", create=True)
+    st.create("Chat")
+    st.begin_turn("Chat", "hi")
+    before = tree(exfat_dir / "store")
+    from fsdurable import _repair
+
+    assert _repair.repair_session(st, "chat").action == "nothing"
+    assert _repair.repair_marker(st, "chat").action == "nothing"
+    assert problems(doctor(st, repair=True)) == []
+    assert tree(exfat_dir / "store") == before
+    # no hard links there: a bad marker is kept aside by a copy, then replaced by the commit
+    Path(st.layout.marker("Chat")).write_bytes(b"\x00torn")
+    assert _repair.repair_marker(st, "Chat").action == "rebuilt_marker"
+    [kept] = os.listdir(st.layout.quarantine)
+    assert (Path(st.layout.quarantine) / kept).read_bytes() == b"\x00torn"
+    assert [m.session_id for m in st.interrupted()] == ["Chat"]
