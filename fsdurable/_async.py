@@ -151,6 +151,9 @@ class AsyncStore:
     async def interrupted(self) -> list[Marker]:
         return await run_sync(self.store.interrupted)
 
+    async def scan_markers(self) -> tuple[list[Marker], list[tuple[str, str]]]:
+        return await run_sync(self.store.scan_markers)
+
     async def read_marker(self, session_id: str) -> Marker | None:
         return await run_sync(self.store.read_marker, session_id)
 

@@ -73,17 +73,28 @@ def _recover_args(p: argparse.ArgumentParser) -> None:
 @command("recover", args=_recover_args)
 def _recover(args: argparse.Namespace) -> Result:
     st = open_store(args)
-    markers, bad = st.scan_markers()
-    if args.dry_run and not markers and not bad:  # nothing to plan: as cheap as `interrupted`
-        data: list[dict[str, Any]] = []
-    else:  # a dry run says what THIS run would do (it reads what the real run reads)
+    if args.dry_run:  # what this command would do, judged like `interrupted` (as cheap)
+        markers, bad = st.scan_markers()
+        data = [{**d, "outcome": _WOULD[d["verdict"]], "reason": d["verdict"], "error": None,
+                 "status": None} for d in _judged(st, markers)]
+        if bad:  # the repair gate's plan for each (it reads their sessions: only then)
+            from ._recovery import assess
+
+            data += [_outcome(o) for o in assess(st, resume=False)
+                     if o.verdict == "unreadable"]
+    else:
         from ._recovery import recover
 
-        report = recover(st, _NoLoop(), dry_run=args.dry_run, resume=False)
-        data = [_outcome(o) for o in report.outcomes]
+        data = [_outcome(o) for o in recover(st, _NoLoop(), resume=False).outcomes]
     header = ["session", "verdict", "age", "attempts", "node", "outcome"]
     text = table(_rows(data, outcome=True), header) if data else "(no interrupted turns)"
     return 0, {"dry_run": bool(args.dry_run), "outcomes": data}, text
+
+
+# the marker's verdict -> what `recover` (no loop: resumable turns are left for the host) does
+# with it; a real run may also find the turn finished (superseded) or its marker an orphan
+_WOULD = {"resume": "would_leave", "stale": "would_abandon", "exhausted": "would_abandon",
+          "foreign": "listed", "disabled": "kept"}
 
 
 def _outcome(o: Any) -> dict[str, Any]:
