@@ -548,7 +548,7 @@ class Store:
         try:
             return self.commit(s, 0)
         except ConflictError as e:
-            if e.reason == "case_collision":  # the name is another id's (exFAT, macOS, ...)
+            if e.reason == "case_collision":  # its own message names the other id
                 raise
             raise ConflictError(f"session {sid!r} already exists (load it, or create another "
                                 "id)", expected=0, actual=e.actual, session_id=sid,
