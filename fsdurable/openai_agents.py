@@ -123,11 +123,19 @@ class FileSession:
 
     # ------------------------------------------------------------------ disk (worker thread)
 
-    def _load(self) -> Session | None:
-        """The session, or None if missing or unreadable (then quarantined, with an event)."""
+    def _load(self, *, repair: bool = False) -> Session | None:
+        """The session, or None if missing or unreadable. A read leaves a bad file where it is;
+        a write (``repair=True``) first has the repair gate quarantine it (an event) — unless
+        it is in a newer format or another node's turn: then the write fails, nothing lost."""
         try:
             return self.store.load(self.session_id)
-        except (SessionNotFound, UnreadableState):
+        except SessionNotFound:
+            return None
+        except UnreadableState:
+            if repair:
+                from ._repair import repair_session
+
+                repair_session(self.store, self.session_id)
             return None
 
     def _read(self) -> list[Item]:
@@ -136,7 +144,7 @@ class FileSession:
     def _mutate(self, fn: Callable[[list[Item]], tuple[list[Item], Any]]) -> Any:
         sid = self.session_id
         with self.store.commit_lock(sid):
-            s = self._load()
+            s = self._load(repair=True)
             cur = _items(s)
             new, out = fn(cur)
             if s is None:
