@@ -374,6 +374,16 @@ def rename(src: str, dst: str, *, durable: bool = True) -> None:
                 fsync_dir(os.path.dirname(src))
 
 
+def link(src: str, dst: str, *, durable: bool = True) -> None:
+    """A second name for ``src`` (the link itself if it is one; never followed): how a file is
+    kept aside before it is replaced. OSError where the filesystem has no hard links (exFAT)."""
+    with storage_errors(dst, "link"):
+        _rec("link", src, dst)
+        os.link(src, dst, follow_symlinks=False)
+        if durable:
+            fsync_dir(os.path.dirname(dst))
+
+
 def makedirs(path: str, *, durable: bool = True) -> None:
     """Create ``path`` and missing parents, mode 0700; refuse a symlink or a file in the way."""
     with storage_errors(path, "mkdir"):
@@ -511,7 +521,9 @@ _holds_modes: dict[int, bool] = {}
 def holds_modes(path: str) -> bool:
     """Can the filesystem holding ``path`` keep a file mode (0600/0700)? Where it cannot, a wide
     mode is the mount's doing, not a problem to report or repair. Linux: the filesystem type from
-    ``/proc/self/mountinfo`` (matched by device number); elsewhere True."""
+    ``/proc/self/mountinfo`` (matched by device number); Windows never; elsewhere True."""
+    if not MODES_HELD:  # Windows: ACLs and a read-only bit, on every filesystem
+        return False
     try:
         dev = os.lstat(path).st_dev
     except OSError:

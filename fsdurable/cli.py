@@ -59,6 +59,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ignore-file": ("._sync_cli", "print a shipped ignore file that keeps half-written files "
                                   "out of sync"),
     "node": ("._sync_cli", "print this machine's node id and where its machine-local state is"),
+    "quarantine": ("._quarantine_cli", "list what sits in quarantine/ (what, why, when), "
+                                       "restore a fixed session, or --purge"),
 }
 _HANDLERS: dict[str, tuple[Handler, str, ArgsFn]] = {}
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 import fsdurable
-from fsdurable import _codec, _fsio
+from fsdurable import _codec, _fsio, _repair
 from fsdurable._errors import UnreadableState
 from fsdurable._model import Event, LedgerEntry, Manifest, Marker, Message, Session, ToolCall
 
@@ -285,20 +285,22 @@ def run_workload(store: fsdurable.Store, root: Path) -> None:
     store.create("zeta")
     store.begin_turn("zeta", "lost its marker")
     os.remove(root / "markers" / "zeta.json")
-    assert store.repair_marker("zeta") == "rewrote"
+    assert _repair.repair_marker(store, "zeta").action == "wrote_marker"
     store.create("eta")
     (root / "markers" / "eta.json").write_bytes(
-        _codec.encode_marker(Marker.of(attrs.evolve(g, id="eta"), "node-test")))
-    assert store.repair_marker("eta") == "removed_orphan"
+        _codec.encode_marker(Marker.of(attrs.evolve(g, id="eta", version=1), "node-test")))
+    assert _repair.repair_marker(store, "eta").action == "removed_orphan"
 
     (root / "sessions" / "bad.json").write_bytes(b'{"format": "fsdurable.session/2", "id": ')
     with pytest.raises(UnreadableState):
         store.load("bad")
+    assert _repair.repair_session(store, "bad").action == "quarantined"
     (root / "markers" / "ghost.json").write_bytes(b"\x00garbage")
     assert {m.session_id for m in store.interrupted()} == {"gamma", "zeta"}
+    assert _repair.repair_marker(store, "ghost").action == "quarantined"
 
     shutil.copyfile(DATA / "session_v1.json", root / "sessions" / "legacy-chat_01.json")
-    store.load("legacy-chat_01")
+    assert _repair.repair_session(store, "legacy-chat_01").action == "migrated"
     store.emit("custom_host_event", session_id="alpha", reason="test", note=["any", {"json": 1}])
 
 

@@ -58,8 +58,8 @@ def test_discovery_in_a_fresh_process_imports_none_of_the_heavy_modules(store: A
     assert res["after_import"] == []
 
 
-def test_a_garbage_marker_is_quarantined_without_cattrs_or_watchfiles(store: Any,
-                                                                      root: Path) -> None:
+def test_a_garbage_marker_is_skipped_without_cattrs_or_watchfiles(store: Any,
+                                                                   root: Path) -> None:
     store.create("good")
     store.begin_turn("good", "hi")
     (root / "markers" / "bad.json").write_bytes(b"\x00 not json")
@@ -69,8 +69,9 @@ def test_a_garbage_marker_is_quarantined_without_cattrs_or_watchfiles(store: Any
     # decoding sessions (cattrs) and watching (watchfiles) never are
     loaded = {m.split(".")[0] for m in res["loaded"]}
     assert not loaded & {"cattrs", "watchfiles"}, f"discovery imported {res['loaded']}"
-    assert not (root / "markers" / "bad.json").exists()
-    assert any(p.name.endswith("bad.json") for p in (root / "quarantine").iterdir())
+    # a listing never repairs: the bad marker stays for recovery / doctor --repair (issue 9.18)
+    assert (root / "markers" / "bad.json").exists()
+    assert list((root / "quarantine").iterdir()) == []
 
 
 CLI_CHILD = """
