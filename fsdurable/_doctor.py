@@ -218,9 +218,10 @@ class _Scan:
                      fix=self.repair_fix(sid))
 
     def events(self) -> None:
-        """Events that would vanish silently: a symlinked node directory (every emit dropped),
-        a day file over the size cap (``events()`` cannot read that day)."""
-        cap = self.store.config.max_file_bytes
+        """Events that would vanish silently: a symlinked node or session directory of the log
+        (never followed), and what the log's reader could not read (its ``event_log_damaged``
+        reports: unreadable lines, a file it may not open). A day file of any size is streamed,
+        so size alone loses nothing (docs/events.md)."""
         top = self.store.layout.events
         for node in sorted(_fsio.list_names(top)):
             path = os.path.join(top, node)
@@ -238,16 +239,23 @@ class _Scan:
             for name in sorted(_fsio.list_names(path)):
                 f = os.path.join(path, name)
                 fst = _fsio.lstat(f)
-                if fst is None or not name.endswith(".jsonl"):
-                    continue
-                if stat.S_ISLNK(fst.st_mode):
-                    self.add("events_symlink", f, "an event day file is a symlink (never "
-                             "followed: that day's events are not read)",
+                if fst is not None and stat.S_ISLNK(fst.st_mode):
+                    self.add("events_symlink", f, "a directory or day file of the event log is a "
+                             "symlink (never followed: its events are not read)",
                              repair="move to quarantine",
                              fix=self.quarantine_fix(f, "events", "symlink", None, fst))
-                elif fst.st_size > cap:
-                    self.add("events_over_cap", f, f"{fst.st_size} bytes, over max_file_bytes "
-                             f"({cap}): events() cannot read that day", repair=None)
+        for e in self.store.events():
+            if e.code != ev.LOG_DAMAGED or e.reason == "symlink":
+                continue  # symlinks: reported above, with their repair
+            where = str(e.detail.get("path", top))
+            what = (f"{e.detail.get('unreadable_lines', 0)} unreadable and "
+                    f"{e.detail.get('overlong_lines', 0)} over-long lines: those events cannot "
+                    "be read" if e.reason == "bad_lines" else f"cannot be read ({e.reason})")
+            lost = int(e.detail.get("unreadable_lines", 0)) + int(e.detail.get("overlong_lines", 0))
+            # one torn line is the normal trace of a crash mid-append (the next event starts on a
+            # fresh line): reported, not a problem; more, or a file that cannot be read, is
+            self.add("events_unreadable", where, what, repair=None,
+                     severity=INFO if e.reason == "bad_lines" and lost <= 1 else PROBLEM)
 
     def run(self) -> list[Finding]:
         lay = self.store.layout
