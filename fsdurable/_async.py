@@ -162,6 +162,10 @@ class AsyncStore:
     async def events(self, session_id: str | None = None) -> list[Event]:
         return await run_sync(self.store.events, session_id)
 
+    async def prune_events(self, *, now: float | None = None) -> dict[str, Any]:
+        """``Store.prune_events`` (the event log's retention) off the loop."""
+        return await run_sync(self.store.prune_events, now=now)
+
     async def emit(self, code: str, **kw: Any) -> Event | None:
         return await run_sync(self.store.emit, code, **kw)
 
