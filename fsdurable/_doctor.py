@@ -218,36 +218,26 @@ class _Scan:
                      fix=self.repair_fix(sid))
 
     def events(self) -> None:
-        """Events that would vanish silently: a symlinked node directory (every emit dropped),
-        a day file over the size cap (``events()`` cannot read that day)."""
-        cap = self.store.config.max_file_bytes
-        top = self.store.layout.events
-        for node in sorted(_fsio.list_names(top)):
-            path = os.path.join(top, node)
+        """Events that would vanish silently: what the log's own reader could not read (a
+        symlinked node or session directory or day file — never followed, so those events are
+        not read —, a file that is not a file, torn or overlong lines)."""
+        for d in self.store.log.read():
+            if d.code != ev.LOG_DAMAGED:
+                continue
+            path = str(d.detail.get("path", self.store.layout.events))
             st = _fsio.lstat(path)
-            if st is None:
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                self.add("events_symlink", path, "events/ node directory is a symlink: events "
-                         "are never written through it", repair="move to quarantine",
+            if d.reason == "symlink" and st is not None and stat.S_ISLNK(st.st_mode):
+                self.add("events_symlink", path, "a symlink in the event log: never followed, "
+                         "so events are neither written through it nor read from it",
+                         repair="move to quarantine",
                          fix=self.quarantine_fix(path, "events", "symlink", None, st))
-                continue
-            if not stat.S_ISDIR(st.st_mode):
-                self.add("foreign_file", path, "not an event directory", severity=INFO)
-                continue
-            for name in sorted(_fsio.list_names(path)):
-                f = os.path.join(path, name)
-                fst = _fsio.lstat(f)
-                if fst is None or not name.endswith(".jsonl"):
-                    continue
-                if stat.S_ISLNK(fst.st_mode):
-                    self.add("events_symlink", f, "an event day file is a symlink (never "
-                             "followed: that day's events are not read)",
-                             repair="move to quarantine",
-                             fix=self.quarantine_fix(f, "events", "symlink", None, fst))
-                elif fst.st_size > cap:
-                    self.add("events_over_cap", f, f"{fst.st_size} bytes, over max_file_bytes "
-                             f"({cap}): events() cannot read that day", repair=None)
+            elif d.reason == "bad_lines":  # a crash mid-append leaves a torn line: expected
+                self.add("events_damaged", path, f"{d.detail.get('unreadable_lines', 0)} "
+                         f"unreadable and {d.detail.get('overlong_lines', 0)} overlong line(s) "
+                         "skipped; every other event of the file is read", severity=INFO)
+            else:
+                self.add("events_unreadable", path, f"part of the event log cannot be read "
+                         f"({d.reason})", repair=None)
 
     def run(self) -> list[Finding]:
         lay = self.store.layout
