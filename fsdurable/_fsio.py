@@ -293,6 +293,19 @@ def rename(src: str, dst: str, *, durable: bool = True) -> None:
                 fsync_dir(os.path.dirname(src))
 
 
+def rmdir(path: str, *, durable: bool = True) -> bool:
+    """Remove an empty directory (never through a link); True if it was there."""
+    with storage_errors(path, "rmdir"):
+        _rec("rmdir", path)
+        try:
+            os.rmdir(path)
+        except FileNotFoundError:
+            return False
+        if durable:
+            fsync_dir(os.path.dirname(path))
+        return True
+
+
 def makedirs(path: str, *, durable: bool = True) -> None:
     """Create ``path`` and missing parents, mode 0700; refuse a symlink or a file in the way."""
     with storage_errors(path, "mkdir"):
