@@ -153,13 +153,15 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
                                     "refs": refs}, parts)
             ns_map = dict(head["ns"])
             cur = ns_map.get(ns)
-            if cur is None or ckid >= cur["id"]:
+            latest = cur is None or ckid >= cur["id"]
+            if latest:
                 keep = cur["writes"] if cur is not None and cur["id"] == ckid else []
                 ns_map[ns] = {"id": ckid, "seq": seq, "writes": keep}
             head = {**head, "ns": ns_map}
-            if state == lg.RUNNING and isinstance(run_id, str):
+            if state == lg.RUNNING and latest and isinstance(run_id, str):
                 head["run"] = {**head["run"], "run_id": run_id}
-            return [("ckpt", rec)], head, state
+            # only the thread's newest root checkpoint speaks for its run
+            return [("ckpt", rec)], head, state if latest else None
 
         self.threads.mutate(tid, build)
         return {"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": ckid}}
@@ -215,7 +217,10 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
                 have = self.threads.index(s).writes.get((ns, ckid), [])
             seen = {(w[0], w[4]) for w in self.threads.writes_of(lg.thread_session_id(tid), have)}
             fresh = [(i, ch, t) for i, ch, t in typed if i < 0 or (task_id, i) not in seen]
-            if not fresh and state is None:
+            # a late write to an older checkpoint (durability="async" saves in the background)
+            # never reopens or closes the run: only writes to the newest checkpoint do
+            now = state if latest else None
+            if not fresh and now is None:
                 return None
             records = []
             if fresh:
@@ -226,7 +231,7 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
                 if latest:
                     head = {**head, "ns": {**head["ns"], ns: {**entry,
                                                                 "writes": [*have, seq]}}}
-            return records, head, state
+            return records, head, now
 
         self.threads.mutate(tid, build)
 
