@@ -13,10 +13,11 @@ On disk (format ``fsdurable/1``)::
 
 A thread id is an arbitrary string: its session id is ``lg-`` + the first 32 hex digits of its
 SHA-256 (no path escape, no case clash, 128 bits); the id itself is kept in the head and in every
-record. Records are numbered by the head's counter ``seq`` and written once (temp, fsync, link
-without replace, dir fsync) BEFORE the head that counts them is committed; a record numbered
-above the head's ``seq`` was never acknowledged and is invisible (and replaced by the next
-write). A put therefore never rewrites the history: its cost is one record and one small head,
+record. Records are numbered by the head's counter ``seq`` and written once, BEFORE the head
+that counts them is committed; a record numbered above the head's ``seq`` was never
+acknowledged and is invisible (and replaced by the next write). So a record needs no temp file:
+it is created under its own name (O_EXCL, ``_fsio.write_new``), fsynced, and its directory
+fsynced. A put therefore never rewrites the history: its cost is one record and one small head,
 whatever the length of the thread. Deleting records (prune, delete_for_runs) first commits them
 into the head's ``gone`` list (invisible from then on), then unlinks the ones no surviving
 checkpoint needs a blob from.
@@ -329,9 +330,12 @@ class Threads:
 
     def _write_once(self, sid: str, seq: int, kind: str, data: bytes) -> None:
         path = self.layout.lg_record(sid, seq, kind)
+        for other in KINDS:  # a crashed write may have left this number under the other kind
+            if other != kind:
+                _fsio.unlink(self.layout.lg_record(sid, seq, other), durable=False)
         for _ in range(3):
             try:
-                _fsio.write_atomic(path, data, overwrite=False, durable=self._durable)
+                _fsio.write_new(path, data, durable=self._durable)
             except FileExistsError:  # numbered above the head: never acknowledged, replace it
                 _fsio.unlink(path, durable=False)
                 with self._mu:
