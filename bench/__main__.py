@@ -10,7 +10,7 @@ import time
 
 from ._harness import QUICK_RESULTS, RESULTS, log
 
-PARTS = ("startup", "discovery", "commit", "growth", "memory")
+PARTS = ("startup", "discovery", "commit", "growth", "memory", "langgraph")
 
 
 def main(argv: list[str] | None = None) -> int:

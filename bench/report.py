@@ -15,7 +15,7 @@ from typing import Any
 from ._harness import RESULTS, fmt_time
 
 README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "README.md")
-PARTS = ("startup", "discovery", "commit", "growth", "memory")
+PARTS = ("startup", "discovery", "commit", "growth", "memory", "langgraph")
 
 
 def load(results: str) -> dict[str, Any]:
@@ -103,6 +103,10 @@ HEADLINES = [
     ("memory", "rss_largest_vs_smallest_n", "discovery peak RSS, largest N vs smallest N"),
     ("memory", "traced_peak_largest_vs_smallest_n",
      "discovery peak Python allocations, largest N vs smallest N"),
+    ("langgraph", "put_vs_sqlite_full", "LangGraph `put` vs SqliteSaver (both fsync: FULL)"),
+    ("langgraph", "chat_last_vs_first_turns", "LangGraph 100-turn chat, turns 91-100 vs 1-10"),
+    ("langgraph", "discovery_vs_sqlite_every_thread",
+     "LangGraph interrupted runs among 10,000 threads: SqliteSaver user's scan vs fsdurable"),
 ]
 
 
@@ -472,6 +476,10 @@ def render(data: dict[str, Any], made: list[str]) -> str:
         parts += [growth(data["growth"]), ""]
     if "memory" in data:
         parts += ["## Memory", "", memory(data["memory"]), ""]
+    if "langgraph" in data:
+        from .langgraph import section
+
+        parts += ["## LangGraph checkpointer", "", section(data["langgraph"]), ""]
     parts += [METHOD]
     return "\n".join(parts)
 
