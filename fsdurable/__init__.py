@@ -25,14 +25,15 @@ _EXPORTS = {
     "StorageError": "._errors",
     "TurnStateError": "._errors",
     "UnreadableState": "._errors",
-    "Event": "._model",
+    "Event": "._records",
     "LedgerEntry": "._model",
-    "Marker": "._model",
+    "Marker": "._records",
     "Message": "._model",
     "Session": "._model",
     "ToolCall": "._model",
     "Turn": "._model",
     "Store": "._store",
+    "AsyncStore": "._async",
     "default_root": "._store",
     "validate_session_id": "._layout",
     "Finding": "._doctor",
@@ -46,7 +47,7 @@ _EXPORTS = {
     "tool": "._tools",
     "Host": "._recovery",
     "Outcome": "._recovery",
-    "RecoveryPolicy": "._recovery",
+    "RecoveryPolicy": "._gates",
     "RecoveryReport": "._recovery",
     "recover": "._recovery",
     "resume_one": "._recovery",
@@ -77,6 +78,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from ._async import AsyncStore as AsyncStore
     from ._config import DEFAULT_CONFIG, Config
     from ._doctor import Finding, doctor
     from ._errors import (
@@ -90,10 +92,12 @@ if TYPE_CHECKING:
         TurnStateError,
         UnreadableState,
     )
+    from ._gates import RecoveryPolicy
     from ._layout import validate_session_id
     from ._loop import AgentLoop, TurnResult
-    from ._model import Event, LedgerEntry, Marker, Message, Session, ToolCall, Turn
-    from ._recovery import Host, Outcome, RecoveryPolicy, RecoveryReport, recover, resume_one
+    from ._model import LedgerEntry, Message, Session, ToolCall, Turn
+    from ._records import Event, Marker
+    from ._recovery import Host, Outcome, RecoveryReport, recover, resume_one
     from ._store import Store, default_root
     from ._sync import Resolution, adopt, conflict_copies, foreign_turns, resolve, take_over
     from ._tools import Reply, ScriptedModel, Tool, ToolContext, tool

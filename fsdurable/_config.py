@@ -1,15 +1,20 @@
-"""Every default in one frozen object. Each comment names the failure the value prevents."""
+"""Every default in one frozen object. Each comment names the failure the value prevents.
+
+``Config`` is on the startup path (a store is opened with one), which imports only the standard
+library: it is a plain frozen record (``_records.defaults``), not an attrs class. Change a value
+with ``config.replace(name=value)`` (or ``copy.replace`` on Python 3.13+).
+"""
 
 from __future__ import annotations
 
-import attrs
+from ._records import Record, defaults
 
 HOUR = 3600.0
 
 
-@attrs.frozen(kw_only=True)
-class Config:
-    """Tunables for a store, a loop and recovery. Change them with ``attrs.evolve``."""
+@defaults
+class Config(Record):
+    """Tunables for a store, a loop and recovery. Change them with ``config.replace(...)``."""
 
     # Default on: a host that crashed mid-turn gets the turn back without a human noticing.
     # Off means "find them but don't run them" (an operator during an incident): markers stay.
@@ -19,7 +24,7 @@ class Config:
     # stale user intent with nobody present (a months-old interrupted destructive turn must never
     # fire on upgrade). When it binds, the turn is abandoned with an interrupted_turn_abandoned
     # event (reason "stale") instead of resumed.
-    stale_after: float = attrs.field(default=4 * HOUR)
+    stale_after: float = 4 * HOUR
 
     # Default 5 min: a checkpoint time further in the future than this (a clock that was ahead
     # when it was written, an RTC reset) would otherwise keep the turn "fresh" for the whole skew
@@ -29,7 +34,7 @@ class Config:
     # Default 3: a turn whose model call kills the process every time would otherwise be resumed
     # at every start — a boot loop. The count is committed BEFORE the model call, so a crash inside
     # the call still counts.
-    max_resume_attempts: int = attrs.field(default=3)
+    max_resume_attempts: int = 3
 
     # Default 2 s: a burst of fast phase boundaries (tiny tool calls) would otherwise become a
     # burst of fsyncs on the hot path. A pending checkpoint is always flushed before an effectful
@@ -75,15 +80,13 @@ class Config:
          "transfer_funds", "format_disk"}
     )
 
-    @stale_after.validator
-    def _positive_window(self, attribute: attrs.Attribute[float], value: float) -> None:
-        if value <= 0:
-            raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
-
-    @max_resume_attempts.validator
-    def _positive_cap(self, attribute: attrs.Attribute[int], value: int) -> None:
-        if value < 1:
-            raise ValueError(f"{attribute.name} must be >= 1, got {value!r}")
+    def _check(self) -> None:
+        if self.stale_after <= 0:
+            raise ValueError(f"stale_after must be > 0, got {self.stale_after!r}")
+        if self.max_resume_attempts < 1:
+            raise ValueError(f"max_resume_attempts must be >= 1, got {self.max_resume_attempts!r}")
 
 
 DEFAULT_CONFIG = Config()
+
+__all__ = ["DEFAULT_CONFIG", "HOUR", "Config"]

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from . import _fsio
-from ._codec import encode_event, parse_event
 from ._errors import FsDurableError, UnreadableState
-from ._model import Event
+from ._recordcodec import encode_event, parse_event
+from ._records import Event
 
 # Event codes (the names hosts match on).
 TURN_STARTED = "turn_started"
@@ -37,6 +37,7 @@ REPAIRED = "doctor_repaired"
 ADOPTED = "interrupted_turn_adopted"
 CONFLICT_RESOLVED = "conflict_resolved"
 TOOL_REFUSED = "tool_refused"
+CLOCK_STEP = "clock_step"  # a checkpoint time from the future: never used to judge staleness
 
 Subscriber = Callable[[Event], None]
 

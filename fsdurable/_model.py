@@ -2,7 +2,9 @@
 
 A ``Session`` is the whole truth about one conversation; its ``turn`` is present iff
 ``in_progress``. A ``Marker`` is the small index record of one interrupted turn: it holds enough to
-gate the turn (age, attempts, owner node) without reading the session.
+gate the turn (age, attempts, owner node) without reading the session. ``Marker``, ``Event`` and
+``Manifest`` are on the startup path, so they are plain stdlib records (``_records``; change one
+with ``.replace``), re-exported here.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import math
 from typing import Any, Literal
 
 import attrs
+
+from ._records import Event, Manifest, Marker
 
 Effect = Literal["none", "idempotent", "external"]
 EFFECTS: tuple[str, ...] = ("none", "idempotent", "external")
@@ -73,7 +77,13 @@ class LedgerEntry:
 
 @attrs.frozen
 class Turn:
-    """The turn in progress: when it started, its last checkpoint and its resume attempts."""
+    """The turn in progress: when it started, its last checkpoint and its resume attempts.
+
+    ``node_id``: the node that owns the turn (the commit function writes it, the same node as in
+    the marker, so a rebuilt marker keeps its owner). ``route_key``: the route lock the turn
+    started under (set by ``begin_turn``, never changed while the turn lives, whatever the
+    session's ``route_key`` says later; "" is filled from the session by the commit function).
+    """
 
     id: str
     started_at: float = _time()
@@ -81,6 +91,8 @@ class Turn:
     phase: str = "started"
     resume_attempts: int = 0
     ledger: tuple[LedgerEntry, ...] = ()
+    node_id: str | None = None
+    route_key: str = ""
 
     def entry(self, tool_call_id: str) -> LedgerEntry | None:
         for e in self.ledger:
@@ -91,10 +103,13 @@ class Turn:
 
 @attrs.frozen
 class Session:
-    """One session file. ``version`` is the commit counter (+1 on every commit)."""
+    """One session file. ``version`` is the commit counter (+1 on every commit); ``commit_id``
+    is unique to each commit (the commit function writes a fresh one), so two nodes' commits of
+    the same version number are told apart."""
 
     id: str
     version: int = 0
+    commit_id: str = ""
     created_at: float = attrs.field(default=0.0, validator=_finite)
     updated_at: float = attrs.field(default=0.0, validator=_finite)
     source: str = "api"  # provenance only: it never grants anything (a resumed turn is unattended)
@@ -110,55 +125,5 @@ class Session:
             raise ValueError("a session has a turn if and only if it is in progress")
 
 
-@attrs.frozen
-class Marker:
-    """Index record of one interrupted turn (``markers/<session_id>.json``)."""
-
-    session_id: str
-    turn_id: str
-    session_version: int
-    node_id: str
-    route_key: str
-    source: str
-    started_at: float = _time()
-    checkpoint_at: float = _time()
-    resume_attempts: int = 0
-
-    @classmethod
-    def of(cls, session: Session, node_id: str) -> Marker:
-        turn = session.turn
-        if turn is None:
-            raise ValueError("only a session in progress has a marker")
-        return cls(
-            session_id=session.id,
-            turn_id=turn.id,
-            session_version=session.version,
-            node_id=node_id,
-            route_key=session.route_key,
-            source=session.source,
-            started_at=turn.started_at,
-            checkpoint_at=turn.checkpoint_at,
-            resume_attempts=turn.resume_attempts,
-        )
-
-
-@attrs.frozen
-class Event:
-    """One line of the event log."""
-
-    at: float
-    code: str
-    session_id: str | None = None
-    turn_id: str | None = None
-    node_id: str | None = None
-    reason: str | None = None
-    detail: dict[str, Any] = attrs.field(factory=dict)
-
-
-@attrs.frozen
-class Manifest:
-    """``fsdurable.json`` at the store root."""
-
-    store_id: str
-    created_at: float
-    format: str = "fsdurable/1"
+__all__ = ["EFFECTS", "LEDGER_STATUSES", "ROLES", "Effect", "Event", "LedgerEntry", "LedgerStatus",
+           "Manifest", "Marker", "Message", "Session", "ToolCall", "Turn"]

@@ -25,14 +25,13 @@ from typing import Any, Protocol
 import attrs
 
 from . import _events as ev
-from ._config import DEFAULT_CONFIG, Config
 from ._errors import FsDurableError, LockTimeout, SessionNotFound, UnreadableState
+from ._gates import VERDICTS, RecoveryPolicy, judged, verdict
 from ._loop import in_doubt, unanswered_calls
 from ._model import Marker, Message, Session
 from ._store import Store
 
 SKIPPED = ev.SKIPPED  # disabled / foreign / route busy / error: listed, kept, not run
-VERDICTS = ("resume", "stale", "exhausted", "foreign", "disabled")
 
 
 class Host(Protocol):
@@ -47,25 +46,6 @@ class Host(Protocol):
     def tool_effect(self, name: str) -> str | None: ...
 
     def resume_claimed(self, session: Session) -> Any: ...
-
-
-@attrs.frozen
-class RecoveryPolicy:
-    """The gates. Defaults are Config's (whose comments name the failure each one prevents);
-    ``RecoveryPolicy.from_config(config)`` takes a store's."""
-
-    enabled: bool = DEFAULT_CONFIG.recovery_enabled
-    stale_after: float = DEFAULT_CONFIG.stale_after
-    max_attempts: int = DEFAULT_CONFIG.max_resume_attempts
-    lock_timeout: float = DEFAULT_CONFIG.route_lock_timeout
-    max_clock_skew: float = DEFAULT_CONFIG.max_clock_skew
-
-    @classmethod
-    def from_config(cls, config: Config) -> RecoveryPolicy:
-        return cls(enabled=config.recovery_enabled, stale_after=config.stale_after,
-                   max_attempts=config.max_resume_attempts,
-                   lock_timeout=config.route_lock_timeout,
-                   max_clock_skew=config.max_clock_skew)
 
 
 @attrs.frozen
@@ -103,21 +83,6 @@ class RecoveryReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"dry_run": self.dry_run, "outcomes": [o.to_dict() for o in self.outcomes]}
-
-
-def verdict(m: Marker, *, node_id: str, now: float, policy: RecoveryPolicy,
-            adopt: bool = False) -> str:
-    """The gates, in order, from the marker alone (no session read)."""
-    if not policy.enabled and not adopt:
-        return "disabled"
-    if m.node_id != node_id and not adopt:
-        return "foreign"
-    age = now - m.checkpoint_at
-    if age > policy.stale_after or age < -policy.max_clock_skew:  # too old, or from the future
-        return "stale"
-    if m.resume_attempts >= policy.max_attempts:
-        return "exhausted"
-    return "resume"
 
 
 def _policy(store: Store, policy: RecoveryPolicy | None) -> RecoveryPolicy:
@@ -233,8 +198,12 @@ def _claimed(store: Store, loop: Host, marker: Marker, pol: RecoveryPolicy, adop
     # re-gate on what is on disk now (a concurrent recovery may have counted an attempt; the
     # session's checkpoint time is exact, the marker's may lag by Config.marker_refresh)
     now = store.clock()
-    exact = attrs.evolve(fresh, checkpoint_at=max(fresh.checkpoint_at, s.turn.checkpoint_at),
-                         resume_attempts=s.turn.resume_attempts)
+    j = judged(fresh, s.turn.checkpoint_at, s.turn.resume_attempts, now=now, policy=pol)
+    exact = j.marker
+    if j.ahead > pol.max_clock_skew:  # a time from the future never decides staleness
+        store.emit(ev.CLOCK_STEP, session_id=sid, turn_id=tid, ahead=round(j.ahead, 3),
+                   marker_checkpoint_at=fresh.checkpoint_at,
+                   session_checkpoint_at=s.turn.checkpoint_at, trusted_checkpoint_at=j.trusted)
     v = verdict(exact, node_id=store.node_id, now=now, policy=pol, adopt=adopt)
     age = now - exact.checkpoint_at
     base = attrs.evolve(base, verdict=v, age=age, attempts=exact.resume_attempts)
@@ -306,5 +275,5 @@ def _park(store: Store, s: Session, doubtful: list[Any], base: Outcome) -> Outco
     return attrs.evolve(base, outcome="review_required", reason="in_doubt")
 
 
-__all__ = ["Host", "Outcome", "RecoveryPolicy", "RecoveryReport", "assess", "recover",
-           "resume_one", "verdict"]
+__all__ = ["VERDICTS", "Host", "Outcome", "RecoveryPolicy", "RecoveryReport", "assess",
+           "recover", "resume_one", "verdict"]

@@ -22,7 +22,7 @@ def _rows(outcomes: list[Any]) -> list[list[str]]:
 
 @command("interrupted", "list the interrupted turns (markers) with their verdict and age")
 def _interrupted(args: argparse.Namespace) -> Result:
-    from ._recovery import RecoveryPolicy, verdict
+    from ._gates import RecoveryPolicy, verdict
 
     st = open_store(args)
     pol = RecoveryPolicy.from_config(st.config)

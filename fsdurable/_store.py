@@ -10,18 +10,14 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import attrs
-
+from . import _discovery, _fsio
 from . import _events as ev
-from . import _fsio
-from ._codec import encode_manifest, encode_marker, parse_manifest, parse_marker
 from ._config import DEFAULT_CONFIG, Config
 from ._errors import (
     ConflictError,
@@ -33,7 +29,25 @@ from ._errors import (
     UnreadableState,
 )
 from ._layout import Layout, new_id, own_id, state_dir, validate_session_id
-from ._model import Event, Manifest, Marker, Message, Session, Turn
+from ._recordcodec import encode_manifest, encode_marker, parse_manifest
+from ._records import Event, Manifest, Marker
+
+if TYPE_CHECKING:
+    from ._model import Session
+
+# Opening a store and listing its markers imports only the standard library (DESIGN.md "Layers",
+# tests/test_startup_imports.py): attrs, the model and the session codec are imported where a
+# session is read or built.
+_T = TypeVar("_T")
+
+
+def _evolve(inst: _T, **changes: Any) -> _T:
+    """``attrs.evolve``, with attrs imported on first use (off the startup path)."""
+    import attrs
+
+    new: _T = attrs.evolve(inst, **changes)  # type: ignore[misc]
+    return new
+
 
 StatKey = tuple[int, int, int, int, int]
 # A file's stat is trusted as "unchanged since we read or wrote it" only once its mtime is older
@@ -42,7 +56,8 @@ StatKey = tuple[int, int, int, int, int]
 # freed inode number. Until then the version is re-checked from the file's first bytes (git's
 # "racily clean" rule).
 _RACY_WINDOW = 2.0
-_PREFIX_RE = re.compile(rb'"version":(\d+),.*?"updated_at":([-+0-9.eE]+)', re.S)
+# the file's first bytes as encode_session writes them: "version":N,"commit_id":"...", ...
+_PREFIX_RE = re.compile(rb'"version":(\d+),"commit_id":"([0-9A-Za-z]*)",', re.S)
 
 
 def _key(st: os.stat_result) -> StatKey:
@@ -54,14 +69,15 @@ def _racy(st: os.stat_result) -> bool:
 
 
 class _Seen:
-    """What this process last read or wrote of one session file."""
+    """What this process last read or wrote of one session file: its stat and its commit's
+    identity (version and commit id)."""
 
-    __slots__ = ("key", "racy", "updated_at", "version")
+    __slots__ = ("commit_id", "key", "racy", "version")
 
     def __init__(self, st: os.stat_result, s: Session) -> None:
         self.key = _key(st)
         self.version = s.version
-        self.updated_at = s.updated_at
+        self.commit_id = s.commit_id
         self.racy = _racy(st)
 
 
@@ -258,29 +274,34 @@ class Store:
             self._marks.pop(sid, None)
 
     def _disk_version(self, sid: str) -> int:
-        """Version on disk (0 if absent). The file is re-read only if its stat changed, or if
-        the stat is too recent to prove anything (then only its first bytes are read)."""
+        """Version on disk (0 if absent); see ``_disk_ident``."""
+        return self._disk_ident(sid)[0]
+
+    def _disk_ident(self, sid: str) -> tuple[int, str]:
+        """Identity of the commit on disk: (version, commit id); (0, "") if absent. The file is
+        re-read only if its stat changed, or if the stat is too recent to prove anything (then
+        only its first bytes are read: version and commit id come first)."""
         path = self.layout.session(sid)
         st = _fsio.lstat(path)
         if st is None:
             self._forget(sid)
-            return 0
+            return 0, ""
         with self._mu:
             seen = self._seen.get(sid)
         if seen is not None and seen.key == _key(st) and (
                 not seen.racy or self._prefix_matches(path, seen)):
             seen.racy = _racy(st)
-            return seen.version
+            return seen.version, seen.commit_id
         try:
             s = self._read(sid)
         except UnreadableState:
             if _fsio.lstat(path) is not None:
                 raise  # it could not be moved aside: never write over it
-            return 0  # quarantined: nothing is there any more
-        return s.version if s is not None else 0
+            return 0, ""  # quarantined: nothing is there any more
+        return (s.version, s.commit_id) if s is not None else (0, "")
 
     def _prefix_matches(self, path: str, seen: _Seen) -> bool:
-        """Do the file's first bytes still carry the version and commit time we cached?"""
+        """Do the file's first bytes still carry the version and commit id we cached?"""
         try:
             head = _fsio.read_prefix(path, 1024)
         except (OSError, UnreadableState):
@@ -288,10 +309,7 @@ class Store:
         m = _PREFIX_RE.search(head)
         if m is None:
             return False
-        try:
-            return int(m.group(1)) == seen.version and float(m.group(2)) == seen.updated_at
-        except ValueError:
-            return False
+        return int(m.group(1)) == seen.version and m.group(2).decode() == seen.commit_id
 
     def interrupted(self) -> list[Marker]:
         """Every interrupted turn, from ONE listing of ``markers/`` and the markers themselves.
@@ -302,20 +320,24 @@ class Store:
         ``read_marker``). One the disk refuses to read (EACCES, EIO) is left in place with an
         ``interrupted_turn_skipped`` event. Oldest checkpoint first.
         """
+        listing = _discovery.scan(self.layout, _discovery.marker_cap(self.config.max_file_bytes))
         out = []
-        for name in _fsio.list_names(self.layout.markers):
-            sid = own_id(name)
-            if sid is None:
-                continue
-            try:
-                m = self.read_marker(sid)
-            except StorageError as e:  # EACCES/EIO on one marker: kept, not run, reported
-                self.emit(ev.SKIPPED, session_id=sid, reason="unreadable", cause=e.reason,
+        for m, st in listing.markers:
+            with self._mu:
+                self._marks[m.session_id] = (_key(st), m)
+            out.append(m)
+        repaired = False
+        for sid, err in listing.bad:
+            if isinstance(err, StorageError):  # EACCES/EIO on one marker: kept, not run, reported
+                self.emit(ev.SKIPPED, session_id=sid, reason="unreadable", cause=err.reason,
                           path=self.layout.marker(sid))
                 continue
-            if m is not None:
-                out.append(m)
-        out.sort(key=lambda m: (m.checkpoint_at, m.session_id))
+            rebuilt = self.read_marker(sid)  # quarantined, rebuilt if its session is in progress
+            if rebuilt is not None:
+                out.append(rebuilt)
+                repaired = True
+        if repaired:
+            out.sort(key=lambda m: (m.checkpoint_at, m.session_id))
         return out
 
     def read_marker(self, sid: str) -> Marker | None:
@@ -351,12 +373,11 @@ class Store:
 
     def _marker_raw(self, sid: str) -> Marker | None:
         """Read and parse a marker (cached by stat); UnreadableState if it is bad."""
-        path = self.layout.marker(sid)
-        try:
-            data, st = _fsio.read_bounded(path, min(self.config.max_file_bytes, 1 << 20))
-        except FileNotFoundError:
+        got = _discovery.read_marker(self.layout, sid,
+                                     _discovery.marker_cap(self.config.max_file_bytes))
+        if got is None:
             return None
-        m = parse_marker(data, path=path, session_id=sid)
+        m, st = got
         with self._mu:
             self._marks[sid] = (_key(st), m)
         return m
@@ -364,10 +385,13 @@ class Store:
     # ------------------------------------------------------------------ the commit function
 
     def _commit_locked(self, new: Session, base: int, *, at_least: int = 0,
-                       owner: str | None = None) -> Session:
+                       owner: str | None = None, base_commit_id: str | None = None) -> Session:
         """THE commit: every change to a session file goes through here, under its commit lock.
 
-        1. compare-and-swap: the version on disk must be ``base`` (0 = absent) -> ConflictError;
+        1. compare-and-swap on the commit's identity: the file on disk must be the commit
+           ``new`` was derived from — version ``base`` (0 = absent) and commit id
+           ``base_commit_id`` (default ``new.commit_id``) — else ConflictError: a file a sync
+           tool replaced with another node's commit of the same version is told apart;
         2. entering or staying in progress: write the marker first (fsync, rename, dir fsync)
            unless the one on disk already says the same (``Config.marker_refresh``);
         3. write the session (temp, fsync, rename, dir fsync);
@@ -383,14 +407,26 @@ class Store:
         from ._codec import encode_session
 
         sid = validate_session_id(new.id)
-        disk = self._disk_version(sid)
+        disk, disk_commit = self._disk_ident(sid)
+        want = new.commit_id if base_commit_id is None else base_commit_id
         if disk != base:
             raise ConflictError(
                 f"session {sid!r} is at version {disk} on disk, not {base}",
                 session_id=sid, path=self.layout.session(sid), reason="version_mismatch",
                 expected=base, actual=disk,
             )
-        s = attrs.evolve(new, version=max(base + 1, at_least), updated_at=self.clock())
+        if disk and disk_commit != want:
+            raise ConflictError(
+                f"session {sid!r} on disk is another commit of version {disk} (commit "
+                f"{disk_commit or '-'}, not {want or '-'}): replaced, e.g. by a sync tool",
+                session_id=sid, path=self.layout.session(sid), reason="commit_mismatch",
+                expected=base, actual=disk,
+            )
+        s = _evolve(new, version=max(base + 1, at_least), updated_at=self.clock(),
+                    commit_id=os.urandom(8).hex())
+        m: Marker | None = None
+        if s.turn is not None:
+            m, s = self._marker_due(sid, s, owner)
         data = encode_session(s)
         if len(data) > self.config.max_file_bytes:  # it could never be read back
             raise InvalidState(
@@ -398,12 +434,10 @@ class Store:
                 f"({self.config.max_file_bytes}): compact it", session_id=sid,
                 reason="too_large")
         mpath = self.layout.marker(sid)
-        if s.in_progress:
-            m = self._marker_due(sid, s, owner)
-            if m is not None:
-                mst = _fsio.write_atomic(mpath, encode_marker(m), durable=self._durable)
-                with self._mu:
-                    self._marks[sid] = (_key(mst), m)
+        if m is not None:
+            mst = _fsio.write_atomic(mpath, encode_marker(m), durable=self._durable)
+            with self._mu:
+                self._marks[sid] = (_key(mst), m)
         st = _fsio.write_atomic(self.layout.session(sid), data, durable=self._durable)
         with self._mu:
             self._seen[sid] = _Seen(st, s)
@@ -413,9 +447,15 @@ class Store:
                 self._marks.pop(sid, None)
         return s
 
-    def _marker_due(self, sid: str, s: Session, owner: str | None) -> Marker | None:
-        """The marker to write for in-progress ``s``, or None if the one on disk says the same
-        (same turn, node, route, source and attempts, checkpoint within ``marker_refresh``)."""
+    def _marker_due(self, sid: str, s: Session, owner: str | None
+                    ) -> tuple[Marker | None, Session]:
+        """For in-progress ``s``: (the marker to write, or None if the one on disk says the same —
+        same turn, node, route, source and attempts, checkpoint within ``marker_refresh``; ``s``
+        with its turn's owner node and route filled in).
+
+        The owner is ``owner`` if given (a claim, an adoption), else the one the session names,
+        else the one the marker of the same turn names (a session of format 2), else this node.
+        The turn's route is the one it started under (the session's if not yet set)."""
         turn = s.turn
         assert turn is not None
         st = _fsio.lstat(self.layout.marker(sid))
@@ -431,28 +471,41 @@ class Store:
                 except UnreadableState:
                     cur = None  # ours, and corrupt: the rewrite below replaces it
         same_turn = cur is not None and cur.turn_id == turn.id
-        node = owner or (cur.node_id if cur is not None and same_turn else self.node_id)
+        node = (owner or turn.node_id or (cur.node_id if cur is not None and same_turn else None)
+                or self.node_id)
+        route = turn.route_key or s.route_key
+        if node != turn.node_id or route != turn.route_key:
+            s = _evolve(s, turn=_evolve(turn, node_id=node, route_key=route))
+            turn = s.turn
+            assert turn is not None
         if (cur is not None and same_turn and cur.node_id == node
-                and cur.route_key == s.route_key and cur.source == s.source
+                and cur.route_key == route and cur.source == s.source
                 and cur.resume_attempts == turn.resume_attempts
-                and turn.checkpoint_at - cur.checkpoint_at < self.config.marker_refresh):
-            return None
-        return Marker.of(s, node)
+                # a marker time ahead of the turn's (the clock stepped back since) is rewritten:
+                # else the gate would judge the turn by a time from the future
+                and 0 <= turn.checkpoint_at - cur.checkpoint_at < self.config.marker_refresh):
+            return None, s
+        return Marker.of(s, node), s
 
     def commit(self, new: Session, base_version: int, *, at_least: int = 0,
-               owner: str | None = None) -> Session:
-        """Commit ``new`` if the session on disk is at ``base_version`` (0: must not exist).
+               owner: str | None = None, base_commit_id: str | None = None) -> Session:
+        """Commit ``new`` if the session on disk is the commit it was derived from: version
+        ``base_version`` (0: must not exist) and commit id ``base_commit_id`` (default
+        ``new.commit_id``, the id of the session ``new`` was loaded as); else ConflictError.
 
         The new version is ``base_version + 1``, or ``at_least`` if higher. ``owner`` makes that
         node the owner of the turn in progress (recovery's claim, an explicit adoption)."""
         with self._commit_lock(validate_session_id(new.id)):
-            return self._commit_locked(new, base_version, at_least=at_least, owner=owner)
+            return self._commit_locked(new, base_version, at_least=at_least, owner=owner,
+                                       base_commit_id=base_commit_id)
 
     # ------------------------------------------------------------------ session API
 
     def create(self, session_id: str | None = None, *, source: str = "api",
                route_key: str | None = None, metadata: dict[str, Any] | None = None) -> Session:
         """Create a new, idle session (ConflictError if the id is taken)."""
+        from ._model import Session
+
         sid = validate_session_id(session_id) if session_id is not None else new_id()
         now = self.clock()
         s = Session(id=sid, created_at=now, updated_at=now, source=source,
@@ -466,6 +519,8 @@ class Store:
 
     def patch(self, session_id: str, fn: Callable[[Session], Session]) -> Session:
         """Read-modify-write under the session's commit lock: ``fn(current) -> new``."""
+        from ._model import Session
+
         sid = validate_session_id(session_id)
         with self._commit_lock(sid):
             cur = self.load(sid)
@@ -500,6 +555,8 @@ class Store:
     def begin_turn(self, session_id: str, content: str | None = None, *, role: str = "user",
                    turn_id: str | None = None) -> Session:
         """Start a turn: commit in progress (marker first) BEFORE any model call."""
+        from ._model import Message, Turn
+
         tid = turn_id or new_id()
 
         def start(s: Session) -> Session:
@@ -508,8 +565,9 @@ class Store:
                                      session_id=s.id, reason="in_progress")
             now = self.clock()
             msgs = s.messages + ((Message(role, content),) if content is not None else ())
-            return attrs.evolve(s, in_progress=True, messages=msgs,
-                                turn=Turn(id=tid, started_at=now, checkpoint_at=now))
+            return _evolve(s, in_progress=True, messages=msgs,
+                           turn=Turn(id=tid, started_at=now, checkpoint_at=now,
+                                     route_key=s.route_key))
 
         s = self.patch(session_id, start)
         self.emit(ev.TURN_STARTED, session_id=s.id, turn_id=tid)
@@ -521,17 +579,19 @@ class Store:
         if turn is None:
             raise TurnStateError(f"session {session.id!r} has no turn in progress",
                                  session_id=session.id, reason="not_in_progress")
-        t = attrs.evolve(turn, checkpoint_at=self.clock(), phase=phase or turn.phase)
-        return self.commit(attrs.evolve(session, turn=t), session.version)
+        t = _evolve(turn, checkpoint_at=self.clock(), phase=phase or turn.phase)
+        return self.commit(_evolve(session, turn=t), session.version)
 
     def end_turn(self, session: Session, reply: str | None = None) -> Session:
         """Finish the turn: commit not in progress (marker removed after the session)."""
+        from ._model import Message
+
         turn = session.turn
         if turn is None:
             raise TurnStateError(f"session {session.id!r} has no turn in progress",
                                  session_id=session.id, reason="not_in_progress")
         msgs = session.messages + ((Message("assistant", reply),) if reply is not None else ())
-        s = self.commit(attrs.evolve(session, in_progress=False, turn=None, messages=msgs),
+        s = self.commit(_evolve(session, in_progress=False, turn=None, messages=msgs),
                         session.version)
         self.emit(ev.TURN_COMPLETED, session_id=s.id, turn_id=turn.id)
         return s
@@ -544,7 +604,7 @@ class Store:
             if not s.in_progress or s.turn is None:
                 return s
             cancelled.append(s.turn.id)
-            return attrs.evolve(s, in_progress=False, turn=None)
+            return _evolve(s, in_progress=False, turn=None)
 
         s = self.patch(session_id, stop)
         if cancelled:
@@ -560,7 +620,7 @@ class Store:
         with self._commit_lock(sid):
             s = self._load_or_none(sid)
             if s is not None and s.in_progress and s.turn is not None and s.turn.id == turn_id:
-                s = self._commit_locked(attrs.evolve(s, in_progress=False, turn=None), s.version)
+                s = self._commit_locked(_evolve(s, in_progress=False, turn=None), s.version)
             else:
                 self._remove_orphan_marker(sid, s)
         self.emit(ev.ABANDONED, session_id=sid, turn_id=turn_id, reason=reason, **detail)
@@ -620,6 +680,8 @@ class Store:
         now = _fsio.lstat(path)
         if now is None or (expect is not None and _key(now) != _key(expect)):
             return None  # moved by another process, or replaced by a good commit
+        import secrets
+
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self.clock()))
         # a random part: two processes quarantining at once never pick the same name
         base = f"{stamp}-{secrets.token_hex(3)}-{kind}-{os.path.basename(path)}"

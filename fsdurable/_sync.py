@@ -277,15 +277,16 @@ def _resolve_locked(store: Store, sid: str, keep: str) -> Resolution:
         if local is not None and local.error is None:
             moved.append(_preserve(store, local))
             base = local.version or 0
+            base_commit = local.session.commit_id if local.session is not None else ""
         elif local is not None:
             moved.append(_move(store, local, sid))  # unreadable: nothing to compare with
-            base = 0
+            base, base_commit = 0, ""
         else:
-            base = 0
+            base, base_commit = 0, ""
         # ConflictError if it moved meanwhile; the result is newer than every version seen, so
         # "highest version" keeps meaning "latest" on every machine the copies came from
         top = max((v.version or 0 for v in (*sess, winner)), default=0)
-        s = store.commit(winner.session, base, at_least=top + 1)
+        s = store.commit(winner.session, base, at_least=top + 1, base_commit_id=base_commit)
         version = s.version
     for v in copies:
         if not (external and v is winner):

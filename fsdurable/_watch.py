@@ -195,6 +195,46 @@ class _Watcher:
         return out
 
 
+def _options(store: Store, poll: bool, debounce: float | None,
+             poll_interval: float | None) -> tuple[dict[str, Any], float]:
+    """watchfiles' keyword arguments for ``watch`` and ``awatch`` (filter added by the caller)."""
+    cfg = store.config
+    deb = cfg.watch_debounce if debounce is None else debounce
+    every = cfg.watch_poll_interval if poll_interval is None else poll_interval
+    tick_ms = max(50, int(every * 1000)) if poll else 500
+    return {"debounce": max(1, int(deb * 1000)), "step": min(50, max(1, int(deb * 1000))),
+            "rust_timeout": tick_ms, "yield_on_timeout": True, "force_polling": poll,
+            "poll_delay_ms": max(10, int(every * 1000)), "recursive": False}, every
+
+
+class _Rounds:
+    """What one watcher round reports: the paths watchfiles gave, re-read; on the first round
+    (and every ``every`` seconds when polling) a re-listing too. Shared by ``watch`` and
+    ``awatch`` (which runs each round off the event loop)."""
+
+    def __init__(self, w: _Watcher, poll: bool, every: float) -> None:
+        self.w, self.poll, self.every = w, poll, every
+        self.started = False
+        self.last_scan = 0.0
+
+    def keep(self, change: Any, path: str) -> bool:
+        return self.w.relevant(path) is not None
+
+    def round(self, raw: set[tuple[Any, str]]) -> list[Change]:
+        changes: list[Change] = []
+        for path in sorted({p for _, p in raw}):
+            c = self.w.check(path)
+            if c is not None:
+                changes.append(c)
+        now = time.monotonic()
+        if not self.started or (self.poll and now - self.last_scan >= self.every):
+            # first round: the watcher is running now, catch what happened before it started;
+            # polling: re-list, as a same-second rewrite may be invisible to the poller
+            changes.extend(self.w.rescan(trust_stat=self.started))
+            self.started, self.last_scan = True, now
+        return changes
+
+
 def watch(store: Store, *, poll: bool = False, initial: bool = False,
           stop_event: StopEvent | None = None, debounce: float | None = None,
           poll_interval: float | None = None) -> Iterator[Change]:
@@ -207,36 +247,14 @@ def watch(store: Store, *, poll: bool = False, initial: bool = False,
     """
     import watchfiles
 
-    cfg = store.config
-    deb = cfg.watch_debounce if debounce is None else debounce
-    every = cfg.watch_poll_interval if poll_interval is None else poll_interval
+    opts, every = _options(store, poll, debounce, poll_interval)
     w = _Watcher(store)
     first = w.rescan(trust_stat=False)
     if initial:
         yield from first
-
-    def keep(change: watchfiles.Change, path: str) -> bool:
-        return w.relevant(path) is not None
-
-    tick_ms = max(50, int(every * 1000)) if poll else 500
-    last_scan = 0.0
-    started = False
-    for raw in watchfiles.watch(*w.dirs, watch_filter=keep, debounce=max(1, int(deb * 1000)),
-                                step=min(50, max(1, int(deb * 1000))), stop_event=stop_event,
-                                rust_timeout=tick_ms, yield_on_timeout=True,
-                                force_polling=poll, poll_delay_ms=max(10, int(every * 1000)),
-                                recursive=False, raise_interrupt=False):
-        changes: list[Change] = []
-        for path in sorted({p for _, p in raw}):
-            c = w.check(path)
-            if c is not None:
-                changes.append(c)
-        now = time.monotonic()
-        if not started or (poll and now - last_scan >= every):
-            # first round: the watcher is running now, catch what happened before it started;
-            # polling: re-list, as a same-second rewrite may be invisible to the poller
-            changes.extend(w.rescan(trust_stat=started))
-            started, last_scan = True, now
-        yield from changes
+    r = _Rounds(w, poll, every)
+    for raw in watchfiles.watch(*w.dirs, watch_filter=r.keep, stop_event=stop_event,
+                                raise_interrupt=False, **opts):
+        yield from r.round(raw)
         if stop_event is not None and stop_event.is_set():
             return

@@ -117,12 +117,10 @@ def _events_args(p: argparse.ArgumentParser) -> None:
 
 @command("events", "print the event log (every node's), oldest first", _events_args)
 def _events(args: argparse.Namespace) -> Result:
-    import attrs
-
     evs = open_store(args).events(args.session_id)
     if args.limit:
         evs = evs[-args.limit:]
-    data = [attrs.asdict(e) for e in evs]
+    data = [e.to_dict() for e in evs]
     rows = [[time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at)), e.code,
              e.session_id or "", e.reason or ""] for e in evs]
     text = table(rows, ["at", "event", "session", "reason"]) if rows else "(no events)"

@@ -205,9 +205,7 @@ def child_main(argv: Sequence[str]) -> int:
 
         policy = RecoveryPolicy.from_config(store.config)
         if a.disabled:
-            import attrs
-
-            policy = attrs.evolve(policy, enabled=False)
+            policy = policy.replace(enabled=False)
         wanted = set(a.session)
         report = recover(store, build_loop(store, a.world), policy,
                          select=lambda m: m.session_id in wanted)

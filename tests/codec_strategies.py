@@ -69,6 +69,8 @@ turns = st.builds(
     phase=TEXT,
     resume_attempts=COUNTS,
     ledger=st.lists(ledger_entries, max_size=3).map(tuple),
+    node_id=OPT_TEXT,
+    route_key=TEXT,
 )
 
 
@@ -79,6 +81,7 @@ def sessions(draw: st.DrawFn) -> Session:
     return Session(
         id=draw(IDS),
         version=draw(st.integers(min_value=1, max_value=2**63 - 1)),
+        commit_id=draw(TEXT),
         created_at=draw(TIMES),
         updated_at=draw(TIMES),
         source=draw(TEXT),

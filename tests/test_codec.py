@@ -153,7 +153,7 @@ def test_unserialisable_session_is_refused_on_encode() -> None:
             encode_session(attrs.evolve(SESSION, metadata=bad))
         assert info.value.reason == "not_json"
     with pytest.raises(InvalidState):
-        encode_event(attrs.evolve(EVENT, detail={"x": float("inf")}))
+        encode_event(EVENT.replace(detail={"x": float("inf")}))
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
@@ -167,11 +167,11 @@ def test_non_finite_times_never_reach_the_disk(bad: float) -> None:
                   lambda: attrs.evolve(turn, checkpoint_at=bad),
                   lambda: attrs.evolve(LEDGER[0], intent_at=bad),
                   lambda: attrs.evolve(LEDGER[0], outcome_at=bad),
-                  lambda: attrs.evolve(MARKER, checkpoint_at=bad)):
+                  lambda: MARKER.replace(checkpoint_at=bad)):
         with pytest.raises(ValueError, match="finite"):
             build()
     with pytest.raises(InvalidState):
-        encode_event(attrs.evolve(EVENT, at=bad))
+        encode_event(EVENT.replace(at=bad))
 
 
 # ---------------------------------------------------------------- (2) strictness: sessions
@@ -245,7 +245,7 @@ SESSION_MUTATIONS = [
     ("metadata", [], "wrong_type"),
     ("metadata", None, "wrong_type"),
     ("metadata", "x", "wrong_type"),
-    ("format", "fsdurable.session/3", "unknown_version"),
+    ("format", "fsdurable.session/4", "unknown_version"),
     ("format", "fsdurable.session/99", "unknown_version"),
     ("format", "fsdurable.session/0", "unknown_version"),  # older than any migration
     ("format", "fsdurable.marker/1", "wrong_kind"),
@@ -467,8 +467,9 @@ FIELD_NAMES = sorted({
     "id", "version", "created_at", "updated_at", "source", "route_key", "in_progress", "turn",
     "messages", "summary", "metadata", "session_id", "turn_id", "session_version", "node_id",
     "started_at", "checkpoint_at", "resume_attempts", "at", "code", "reason", "detail",
-    "store_id", "created", "updated"})
-TAGS = ["fsdurable.session/1", "fsdurable.session/2", "fsdurable.marker/1", "fsdurable.event/1",
+    "store_id", "created", "updated", "commit_id"})
+TAGS = ["fsdurable.session/1", "fsdurable.session/2", "fsdurable.session/3",
+        "fsdurable.marker/1", "fsdurable.event/1",
         "fsdurable/1"]
 NEAR_FILES = st.fixed_dictionaries(
     {"format": st.sampled_from(TAGS)},
@@ -556,7 +557,7 @@ def test_v1_session_loads_through_the_store_and_is_rewritten(root: Path) -> None
     assert s.messages == EXPECTED_V1_MESSAGES
     assert s.metadata["tags"] == ["travel", "work"]
     raw = json.loads(path.read_bytes())
-    assert raw["format"] == "fsdurable.session/2"
+    assert raw["format"] == "fsdurable.session/3"
     assert "created" not in raw and "updated" not in raw
     assert all("text" not in m and "content" in m for m in raw["messages"])
     assert parse_session(path.read_bytes()) == (s, False)
@@ -595,6 +596,58 @@ def test_v1_session_in_progress_migrates_attempts_and_gets_its_marker(root: Path
     assert m.route_key == f"session:{V1_ID}" and m.node_id == "node-test"
 
 
+V2_ID = "legacy-turn_02"
+
+
+def test_v2_fixture_migrates_to_3_with_empty_commit_id_and_the_sessions_route() -> None:
+    raw = (DATA / "session_v2.json").read_bytes()
+    s, migrated = parse_session(raw)
+    assert migrated and s.commit_id == "" and s.route_key == "chat:42"
+    assert s.turn is not None and s.turn.id == "turn-7" and s.turn.resume_attempts == 1
+    assert s.turn.node_id is None  # unknown in format 2: the rewrite takes the marker's owner
+    assert s.turn.route_key == "chat:42"
+    assert s.turn.ledger[0].idempotency_key == "k-1"
+
+
+def test_v2_in_progress_session_loads_and_keeps_its_owner_node_and_route(root: Path) -> None:
+    store = _fixed_store(root)
+    shutil.copyfile(DATA / "session_v2.json", root / "sessions" / f"{V2_ID}.json")
+    # the marker format 1 wrote for it: another node owns the turn
+    marker = Marker(session_id=V2_ID, turn_id="turn-7", session_version=4, node_id="node-b",
+                    route_key="chat:42", source="telegram", started_at=1764403500.0,
+                    checkpoint_at=1764403600.5, resume_attempts=1)
+    (root / "markers" / f"{V2_ID}.json").write_bytes(encode_marker(marker))
+
+    s = store.load(V2_ID)
+
+    assert s.version == 5 and len(s.commit_id) == 16
+    assert s.turn is not None and s.turn.node_id == "node-b" and s.turn.route_key == "chat:42"
+    raw = json.loads((root / "sessions" / f"{V2_ID}.json").read_bytes())
+    assert raw["format"] == "fsdurable.session/3" and raw["commit_id"] == s.commit_id
+    assert raw["turn"]["node_id"] == "node-b" and raw["turn"]["route_key"] == "chat:42"
+    [m] = store.interrupted()
+    assert m.node_id == "node-b" and m.route_key == "chat:42"  # never moved to this node
+
+
+def test_every_commit_writes_a_fresh_commit_id_and_the_turns_owner(root: Path) -> None:
+    store = _fixed_store(root)
+    a = store.create("c1", route_key="chat:1")
+    b = store.save(a)
+    assert len(a.commit_id) == 16 and len(b.commit_id) == 16 and a.commit_id != b.commit_id
+    t = store.begin_turn("c1", "hi")
+    assert t.turn is not None and t.turn.node_id == "node-test"
+    assert t.turn.route_key == "chat:1"
+    # the session's route moves on; the live turn keeps the route it started under
+    t2 = store.patch("c1", lambda s: attrs.evolve(s, route_key="chat:2"))
+    assert t2.turn is not None and t2.turn.route_key == "chat:1"
+    [m] = store.interrupted()
+    assert m.route_key == "chat:1" and m.node_id == "node-test"
+    done = store.end_turn(t2, "ok")
+    assert done.turn is None and store.load("c1").commit_id == done.commit_id
+    again = store.begin_turn("c1", "next")
+    assert again.turn is not None and again.turn.route_key == "chat:2"
+
+
 def test_an_older_version_without_a_migration_step_is_unknown() -> None:
     # version 0 of a session never existed: no step, so it is refused rather than guessed at
     d = v1_fixture()
@@ -617,7 +670,7 @@ def test_a_broken_v1_file_is_quarantined_not_half_migrated(root: Path) -> None:
     assert [e.code for e in store.events(V1_ID)] == ["session_quarantined"]
 
 
-@pytest.mark.parametrize("fmt", ["fsdurable.session/3", "fsdurable.marker/1"])
+@pytest.mark.parametrize("fmt", ["fsdurable.session/4", "fsdurable.marker/1"])
 def test_store_quarantines_unknown_version_and_wrong_kind(root: Path, fmt: str) -> None:
     store = _fixed_store(root)
     d = session_dict()
@@ -625,6 +678,6 @@ def test_store_quarantines_unknown_version_and_wrong_kind(root: Path, fmt: str) 
     (root / "sessions" / "s9.json").write_bytes(dumps(d))
     with pytest.raises(UnreadableState) as info:
         store.load("s9")
-    assert info.value.reason == ("unknown_version" if "/3" in fmt else "wrong_kind")
+    assert info.value.reason == ("unknown_version" if "/4" in fmt else "wrong_kind")
     [ev] = store.events("s9")
     assert ev.code == "session_quarantined" and ev.reason == info.value.reason

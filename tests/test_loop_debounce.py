@@ -5,7 +5,6 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
-import attrs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +21,7 @@ TURN = st.lists(st.lists(CALL, min_size=1, max_size=4), min_size=1, max_size=6)
 @given(turn=TURN, debounce=st.sampled_from([0.5, 2.0, 5.0]))
 def test_debounce_property(turn: list[list[tuple[str, float]]], debounce: float) -> None:
     now = [1_000_000.0]
-    cfg = attrs.evolve(Config(), fsync=False, checkpoint_debounce=debounce)
+    cfg = Config(fsync=False, checkpoint_debounce=debounce)
     with tempfile.TemporaryDirectory() as d:
         store = Store(d, config=cfg, clock=lambda: now[0])
         store.create("s")

@@ -125,7 +125,7 @@ METADATA = st.dictionaries(st.sampled_from(["attended", "unattended", "human_pre
 def test_a_recovered_turn_is_unattended_whatever_was_stored(source: str,
                                                             metadata: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as d:
-        store = Store(d, config=attrs.evolve(Config(), fsync=False))
+        store = Store(d, config=Config(fsync=False))
         interrupt(store, "s", "look", source=source, metadata=metadata)
         seen: list[bool] = []
         ran: list[str] = []

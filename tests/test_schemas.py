@@ -65,12 +65,21 @@ def test_schema_is_valid_draft_2020_12_and_pins_the_current_format(kind: str) ->
 def test_only_the_current_session_format_validates() -> None:
     good = json.loads(_codec.encode_session(Session(id="s", version=1)))
     assert VALIDATORS["session"].is_valid(good)
-    for fmt in ("fsdurable.session/1", "fsdurable.session/3", "fsdurable.marker/1"):
+    for fmt in ("fsdurable.session/1", "fsdurable.session/2", "fsdurable.session/4",
+                "fsdurable.marker/1"):
         assert not VALIDATORS["session"].is_valid({**good, "format": fmt})
 
 
 def test_v1_fixture_is_not_current_but_its_migration_is() -> None:
     raw = (DATA / "session_v1.json").read_bytes()
+    assert not VALIDATORS["session"].is_valid(json.loads(raw))
+    s, migrated = _codec.parse_session(raw)
+    assert migrated
+    assert_valid("session", _codec.encode_session(s))
+
+
+def test_v2_fixture_is_not_current_but_its_migration_is() -> None:
+    raw = (DATA / "session_v2.json").read_bytes()
     assert not VALIDATORS["session"].is_valid(json.loads(raw))
     s, migrated = _codec.parse_session(raw)
     assert migrated

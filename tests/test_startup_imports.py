@@ -1,6 +1,7 @@
-"""The startup path stays light: a fresh process that imports fsdurable, opens a store and lists
-its interrupted turns never imports watchfiles, portalocker or cattrs (issue 2); when a garbage
-marker is quarantined on the way, still neither cattrs nor watchfiles. Structural
+"""The startup path is stdlib: a fresh process that imports fsdurable, opens a store (root given)
+and lists its interrupted turns with their verdicts imports none of ``FORBIDDEN`` (issues 2, 13):
+no attrs, cattrs, asyncio, ssl, portalocker, watchfiles, platformdirs, secrets, pathlib. When a
+garbage marker is quarantined on the way, still neither cattrs nor watchfiles. Structural
 (``sys.modules``), never timing; the timing lives in bench/startup.py.
 """
 
@@ -13,17 +14,26 @@ from typing import Any
 
 from .conftest import PYTHON, subprocess_env
 
-FORBIDDEN = ("watchfiles", "portalocker", "cattrs")
+FORBIDDEN = ("attrs", "attr", "cattrs", "asyncio", "ssl", "portalocker", "watchfiles",
+             "platformdirs", "secrets", "pathlib")
 
+# Only what fsdurable imports counts: an interpreter whose site-packages runs .pth files may
+# import pathlib (or more) before any user code; those are subtracted (``before``).
 CHILD = """
 import json, sys
+before = set(sys.modules)
 import fsdurable
 after_import = sorted(m for m in sys.modules if m == "attrs" or m.startswith("fsdurable."))
-markers = fsdurable.Store(sys.argv[1]).interrupted()
+store = fsdurable.Store(sys.argv[1])
+markers = store.interrupted()
+policy = fsdurable.RecoveryPolicy.from_config(store.config)
+from fsdurable._gates import verdict
+verdicts = [verdict(m, node_id=m.node_id, now=m.checkpoint_at, policy=policy) for m in markers]
 print(json.dumps({
+    "verdicts": verdicts,
     "after_import": after_import,
     "found": [m.session_id for m in markers],
-    "loaded": sorted(m for m in sys.modules if m.split(".")[0] in %r),
+    "loaded": sorted(m for m in set(sys.modules) - before if m.split(".")[0] in %r),
 }))
 """
 
@@ -42,6 +52,7 @@ def test_discovery_in_a_fresh_process_imports_none_of_the_heavy_modules(store: A
     store.begin_turn("a", "hello")  # the parent pays for cattrs and portalocker, not the child
     res = run_child(root)
     assert res["found"] == ["a"]
+    assert res["verdicts"] == ["resume"]
     assert res["loaded"] == [], f"discovery imported {res['loaded']}"
     # ``import fsdurable`` alone loads no submodule and not attrs: every name is lazy
     assert res["after_import"] == []

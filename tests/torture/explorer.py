@@ -66,6 +66,10 @@ class Recording:
     kinds: set[str]
     t0: float
     snap: Snapshot
+    # file contents another node committed (put in place by a "sync tool" in the workload)
+    foreign: set[bytes] = attrs.Factory(set)
+    # broken promises the workload saw itself (a lost update is consistent on disk)
+    violations: list[str] = attrs.Factory(list)
 
 
 CommitImpl = Callable[..., Session]  # (store, new, base, *, at_least=0) -> committed session
@@ -98,8 +102,7 @@ class RecordingStore(Store):
 # ---------------------------------------------------------------------- broken protocols
 
 
-def _write_marker(store: Store, s: Session, owner: str | None = None) -> None:
-    m = store._marker_due(s.id, s, owner) if s.in_progress else None
+def _write_marker(store: Store, s: Session, m: Marker | None) -> None:
     if m is not None:
         from fsdurable._codec import encode_marker
 
@@ -108,13 +111,13 @@ def _write_marker(store: Store, s: Session, owner: str | None = None) -> None:
             store._marks[s.id] = (_key(mst), m)
 
 
-def _write_session(store: Store, s: Session, owner: str | None = None) -> None:
+def _write_session(store: Store, s: Session, m: Marker | None) -> None:
     st = _fsio.write_atomic(store.layout.session(s.id), encode_session(s))
     with store._mu:
         store._seen[s.id] = _Seen(st, s)
 
 
-def _unmark(store: Store, s: Session, owner: str | None = None) -> None:
+def _unmark(store: Store, s: Session, m: Marker | None) -> None:
     mpath = store.layout.marker(s.id)
     if not s.in_progress and _fsio.lstat(mpath) is not None:
         _fsio.unlink(mpath)
@@ -122,18 +125,24 @@ def _unmark(store: Store, s: Session, owner: str | None = None) -> None:
             store._marks.pop(s.id, None)
 
 
-def _commit_in_order(order: tuple[str, ...]) -> CommitImpl:
-    """A copy of the commit function with its three steps in ``order``."""
+def _commit_in_order(order: tuple[str, ...], *, by_number_only: bool = False) -> CommitImpl:
+    """A copy of the commit function with its three steps in ``order`` (``by_number_only``: its
+    compare-and-swap ignores the commit id)."""
     steps = {"marker": _write_marker, "session": _write_session, "unmark": _unmark}
 
     def commit(store: Store, new: Session, base: int, *, at_least: int = 0,
-               owner: str | None = None) -> Session:
-        disk = store._disk_version(new.id)
-        if disk != base:
+               owner: str | None = None, base_commit_id: str | None = None) -> Session:
+        disk, disk_commit = store._disk_ident(new.id)
+        want = new.commit_id if base_commit_id is None else base_commit_id
+        if disk != base or (disk and disk_commit != want and not by_number_only):
             raise ConflictError("version mismatch", session_id=new.id, reason="version_mismatch")
-        s = attrs.evolve(new, version=max(base + 1, at_least), updated_at=store.clock())
+        s = attrs.evolve(new, version=max(base + 1, at_least), updated_at=store.clock(),
+                         commit_id=os.urandom(8).hex())
+        m: Marker | None = None
+        if s.turn is not None:
+            m, s = store._marker_due(s.id, s, owner)
         for name in order:
-            steps[name](store, s, owner)
+            steps[name](store, s, m)
         return s
 
     return commit
@@ -183,6 +192,8 @@ def mutant(name: str) -> Iterator[CommitImpl | None]:
     elif name == "delete_marker_first":
         with _patched(Store, "delete", _delete_marker_first):
             yield None
+    elif name == "cas_by_number_only":
+        yield _commit_in_order(("marker", "session", "unmark"), by_number_only=True)
     elif name == "orphan_never_repaired":
         with _patched(Store, "_remove_orphan_marker", lambda self, sid, s: False):
             yield None
@@ -192,7 +203,8 @@ def mutant(name: str) -> Iterator[CommitImpl | None]:
 
 # the four the issue names, then two more: delete's unlinks swapped, orphan repair disabled
 MUTANTS = ("no_file_fsync", "no_dir_fsync", "session_before_marker",
-           "marker_removed_before_session", "delete_marker_first", "orphan_never_repaired")
+           "marker_removed_before_session", "delete_marker_first", "orphan_never_repaired",
+           "cas_by_number_only")
 
 
 # ---------------------------------------------------------------------- the workload
@@ -277,6 +289,7 @@ def _workload(store: Store, rec: Recording, clock: Clock,
         store.begin_turn("s4", "doomed")
     if store.repair_marker("s4") == "removed_orphan":  # (a mutant may not get that far)
         rec.kinds.add("repair")
+    _sync_replace(store, rec)
     # leave one turn in progress (recovery has something to do) and delete two sessions, one
     # idle and one in progress
     s = store.begin_turn("s5", "left running")
@@ -284,6 +297,24 @@ def _workload(store: Store, rec: Recording, clock: Clock,
     store.begin_turn("s3", "deleted while running")
     store.delete("s3")
     store.delete("s2")
+
+
+def _sync_replace(store: Store, rec: Recording) -> None:
+    """Two nodes each commit the next version of s1; a sync tool puts the other node's under the
+    name; this node's next save, based on its own commit, must be refused (issue 9 item 5)."""
+    ours = store.patch("s1", lambda cur: attrs.evolve(cur, metadata={**cur.metadata, "by": "a"}))
+    theirs = attrs.evolve(ours, commit_id="b" * 16, metadata={**ours.metadata, "by": "b"})
+    data = encode_session(theirs)
+    rec.foreign.add(data)
+    _fsio.write_atomic(store.layout.session("s1"), data)  # the sync tool's temp-and-rename
+    rec.acks.append(Ack(len(rec.ops), "s1", theirs))
+    try:
+        store.save(attrs.evolve(ours, metadata={**ours.metadata, "by": "a", "again": True}))
+    except ConflictError:
+        rec.kinds.add("sync_conflict")
+    else:
+        rec.violations.append(f"a save based on this node's v{ours.version} overwrote another "
+                              f"node's v{theirs.version}: update lost")
 
 
 # ---------------------------------------------------------------------- checking
@@ -381,13 +412,14 @@ def _check_acked(rec: Recording, acked: dict[str, Ack], sessions: dict[str, Sess
                        f"v{a.session.version} to v{cur.version}")
         elif not after_startup:
             want = rec.results.get((sid, cur.version))
-            if want is None or raw.get(sid) != want:
+            if (want is None or raw.get(sid) != want) and raw.get(sid) not in rec.foreign:
                 out.append(f"{where}: session {sid} v{cur.version} is not a committed state")
         elif cur.messages[: len(a.session.messages)] != a.session.messages:
             out.append(f"{where}: session {sid} lost acknowledged messages")
     if not after_startup:
         for sid, cur in sessions.items():
-            if sid not in acked and rec.results.get((sid, cur.version)) != raw.get(sid):
+            if (sid not in acked and rec.results.get((sid, cur.version)) != raw.get(sid)
+                    and raw.get(sid) not in rec.foreign):
                 out.append(f"{where}: session {sid} holds a state never committed")
     return out
 
@@ -451,7 +483,9 @@ def explore(rec: Recording, *, exhaustive: bool = False, stop_at_first: bool = F
     """Check every crash state of the recording."""
     t = time.monotonic()
     report = Report(ops=len(rec.ops), commits=rec.commits, sessions=rec.sessions,
-                    kinds=set(rec.kinds))
+                    kinds=set(rec.kinds), violations=list(rec.violations))
+    if stop_at_first and report.violations:
+        return report
     model = FsModel(rec.root, rec.snap)
     seen: set[tuple[str, int]] = set()
     with tempfile.TemporaryDirectory(dir=SHM, prefix="fsd-crash-") as tmp:

@@ -29,8 +29,9 @@ T = 1_800_000_000.0  # a fixed instant; the check's clock is set near it
 
 def _session(sid: str, **over: Any) -> dict[str, Any]:
     d: dict[str, Any] = {
-        "format": "fsdurable.session/2", "id": sid, "version": 3, "created_at": T,
-        "updated_at": T, "source": "api", "route_key": f"session:{sid}", "in_progress": False,
+        "format": "fsdurable.session/3", "id": sid, "version": 3, "commit_id": "c0ffee",
+        "created_at": T, "updated_at": T, "source": "api", "route_key": f"session:{sid}",
+        "in_progress": False,
         "turn": None, "messages": [{"role": "user", "content": "hi", "tool_calls": [],
                                     "tool_call_id": None}],
         "summary": None, "metadata": {},
@@ -39,9 +40,9 @@ def _session(sid: str, **over: Any) -> dict[str, Any]:
     return d
 
 
-def _turn(tid: str = "t1") -> dict[str, Any]:
+def _turn(sid: str, tid: str = "t1") -> dict[str, Any]:
     return {"id": tid, "started_at": T, "checkpoint_at": T, "phase": "model_reply",
-            "resume_attempts": 0, "ledger": []}
+            "resume_attempts": 0, "ledger": [], "node_id": NODE, "route_key": f"session:{sid}"}
 
 
 def _marker(sid: str, **over: Any) -> dict[str, Any]:
@@ -59,7 +60,7 @@ def _j(d: Any) -> bytes:
 
 
 def _deep(n: int) -> bytes:
-    return (b'{"format": "fsdurable.session/2", "id": "h_deep", "metadata": ' + b"[" * n
+    return (b'{"format": "fsdurable.session/3", "id": "h_deep", "metadata": ' + b"[" * n
             + b"]" * n + b"}")
 
 
@@ -108,9 +109,9 @@ def entries() -> list[tuple[str, str, str, bytes]]:
         ("sessions/h_empty.json", "an empty file", q, b""),
         ("sessions/h_otherid.json", "a session holding another id", q, _j(_session("h_else"))),
         ("sessions/h_turnflag.json", "a turn without in_progress", q,
-         _j(_session("h_turnflag", turn=_turn()))),
+         _j(_session("h_turnflag", turn=_turn("h_turnflag")))),
         ("sessions/h_nomarker.json", "a session in progress without a marker", r,
-         _j(_session("h_nomarker", in_progress=True, turn=_turn()))),
+         _j(_session("h_nomarker", in_progress=True, turn=_turn("h_nomarker")))),
         ("sessions/h_x.sync-conflict-20261129-101010-ABCDEFG.json", "Syncthing conflict copy",
          s, good),
         ("sessions/h_x (laptop's conflicted copy 2026-11-29).json", "Dropbox conflict copy", s,
@@ -189,7 +190,7 @@ def _generate(root: str, outside: str) -> dict[str, dict[str, str]]:
     index = {}
     big = Path(root) / "sessions" / "h_100mb.json"
     with open(big, "wb") as f:  # 100 MB: over the 64 MiB read limit, never read whole
-        f.write(b'{"format": "fsdurable.session/2", "id": "h_100mb", "pad": "')
+        f.write(b'{"format": "fsdurable.session/3", "id": "h_100mb", "pad": "')
         f.truncate(100 * 1024 * 1024)
     secret = Path(outside) / "secret.json"
     secret.write_bytes(_j(_session("h_link")))

@@ -1,0 +1,74 @@
+"""Discovery: every interrupted turn from ONE listing of ``markers/`` (stdlib only).
+
+A fresh process that opens a store and lists its interrupted turns runs this and nothing heavier:
+one ``scandir`` of ``markers/``, then each ``<id>.json`` read (bounded, never through a link) and
+parsed by the stdlib marker codec. Sessions are never read here. What cannot be read is returned,
+not raised, and not acted on: deciding what to do with a bad marker (quarantine, rebuild, report)
+is the store's repair path, which may need the session codec; a listing itself changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import _fsio
+from ._errors import FsDurableError, StorageError, UnreadableState
+from ._layout import Layout, own_id
+from ._recordcodec import parse_marker
+from ._records import Marker
+
+# A marker is a few hundred bytes. However large ``Config.max_file_bytes`` is, a marker over this
+# is never read whole into memory at startup (a sync tool's garbage under a marker's name).
+MARKER_MAX_BYTES = 1 << 20
+
+
+def marker_cap(max_file_bytes: int) -> int:
+    """The read bound of a marker under a store's ``max_file_bytes``."""
+    return min(max_file_bytes, MARKER_MAX_BYTES)
+
+
+def read_marker(layout: Layout, sid: str, max_bytes: int) -> tuple[Marker, os.stat_result] | None:
+    """The marker of ``sid`` and the stat of the file it came from; None if there is none.
+    Raises UnreadableState (a bad file) or StorageError (the disk refused: EACCES, EIO)."""
+    path = layout.marker(sid)
+    try:
+        data, st = _fsio.read_bounded(path, max_bytes)
+    except FileNotFoundError:
+        return None
+    return parse_marker(data, path=path, session_id=sid), st
+
+
+class Listing:
+    """What one listing of ``markers/`` found: ``markers`` (with the stat each was read at),
+    oldest checkpoint first, and ``bad`` — the ids whose marker could not be read or parsed, each
+    with its typed error (``UnreadableState`` or ``StorageError``)."""
+
+    __slots__ = ("bad", "markers")
+
+    def __init__(self, markers: list[tuple[Marker, os.stat_result]],
+                 bad: list[tuple[str, FsDurableError]]) -> None:
+        self.markers = markers
+        self.bad = bad
+
+
+def scan(layout: Layout, max_bytes: int) -> Listing:
+    """One listing of ``markers/``; a name that is not ``<valid id>.json`` is not ours (a temp
+    file, a sync tool's copy) and is skipped. A marker removed meanwhile is simply absent."""
+    found: list[tuple[Marker, os.stat_result]] = []
+    bad: list[tuple[str, FsDurableError]] = []
+    for name in _fsio.list_names(layout.markers):
+        sid = own_id(name)
+        if sid is None:
+            continue
+        try:
+            got = read_marker(layout, sid, max_bytes)
+        except (UnreadableState, StorageError) as e:
+            bad.append((sid, e))
+            continue
+        if got is not None:
+            found.append(got)
+    found.sort(key=lambda ms: (ms[0].checkpoint_at, ms[0].session_id))
+    return Listing(found, bad)
+
+
+__all__ = ["MARKER_MAX_BYTES", "Listing", "marker_cap", "read_marker", "scan"]

@@ -1,0 +1,99 @@
+"""The recovery gates: ``RecoveryPolicy`` and the ``verdict`` on one marker (stdlib only).
+
+Listing interrupted turns and deciding what recovery would do with each is the startup path, so
+this module imports no attrs and never the agent loop: ``fsdurable interrupted`` and
+``recover --dry-run`` judge a marker without loading what runs a turn (``_recovery`` does that).
+
+Gates, in order: ``disabled`` (recovery off), ``foreign`` (another node's turn), ``stale`` (older
+than the window), ``exhausted`` (attempts at the cap), else ``resume``.
+
+Times from the future. A marker's or a session's checkpoint time was written by a wall clock that
+may have been wrong then (ahead, then corrected by NTP; an RTC reset). A time further in the future
+than ``max_clock_skew`` proves nothing about a turn's age, so it is never used to judge staleness:
+the gate uses the newest of the turn's known times that is not from the future (``trusted_time``).
+Only if every known time is from the future is the turn judged stale (it cannot be shown fresh,
+and a recovered turn runs unattended). Either way the step is reported (``clock_step`` event).
+"""
+
+from __future__ import annotations
+
+from ._config import DEFAULT_CONFIG, Config
+from ._records import Marker, Record, defaults
+
+VERDICTS = ("resume", "stale", "exhausted", "foreign", "disabled")
+
+
+@defaults
+class RecoveryPolicy(Record):
+    """The gates. Defaults are Config's (whose comments name the failure each one prevents);
+    ``RecoveryPolicy.from_config(config)`` takes a store's; ``policy.replace(...)`` changes one."""
+
+    enabled: bool = DEFAULT_CONFIG.recovery_enabled
+    stale_after: float = DEFAULT_CONFIG.stale_after
+    max_attempts: int = DEFAULT_CONFIG.max_resume_attempts
+    lock_timeout: float = DEFAULT_CONFIG.route_lock_timeout
+    max_clock_skew: float = DEFAULT_CONFIG.max_clock_skew
+
+    @classmethod
+    def from_config(cls, config: Config) -> RecoveryPolicy:
+        return cls(enabled=config.recovery_enabled, stale_after=config.stale_after,
+                   max_attempts=config.max_resume_attempts,
+                   lock_timeout=config.route_lock_timeout,
+                   max_clock_skew=config.max_clock_skew)
+
+
+def from_future(t: float, *, now: float, policy: RecoveryPolicy) -> bool:
+    """Was ``t`` written by a clock that was ahead (further ahead than ``max_clock_skew``)?"""
+    return t - now > policy.max_clock_skew
+
+
+def trusted_time(*times: float, now: float, policy: RecoveryPolicy) -> float | None:
+    """The newest of a turn's checkpoint ``times`` that is not from the future, or None."""
+    ok = [t for t in times if not from_future(t, now=now, policy=policy)]
+    return max(ok) if ok else None
+
+
+class Judged:
+    """What recovery gates a claimed turn on: ``marker`` (the marker with the session's exact
+    attempt count and the checkpoint time to trust), ``ahead`` (how far the newest known time is
+    ahead of now; over ``max_clock_skew`` it is a clock step to report) and ``trusted`` (the newest
+    time not from the future, None if there is none: then the turn cannot be shown fresh)."""
+
+    __slots__ = ("ahead", "marker", "trusted")
+
+    def __init__(self, marker: Marker, ahead: float, trusted: float | None) -> None:
+        self.marker, self.ahead, self.trusted = marker, ahead, trusted
+
+
+def judged(fresh: Marker, session_checkpoint_at: float, resume_attempts: int, *, now: float,
+           policy: RecoveryPolicy) -> Judged:
+    """Combine the marker with its session: the checkpoint time is the newest of the two that is
+    not from the future (the marker's may lag by ``Config.marker_refresh``, or carry a clock's
+    error), else the newest of them (the turn is then stale)."""
+    times = (fresh.checkpoint_at, session_checkpoint_at)
+    trusted = trusted_time(*times, now=now, policy=policy)
+    newest = max(times)
+    m = fresh.replace(checkpoint_at=newest if trusted is None else trusted,
+                      resume_attempts=resume_attempts)
+    return Judged(m, newest - now, trusted)
+
+
+def verdict(m: Marker, *, node_id: str, now: float, policy: RecoveryPolicy,
+            adopt: bool = False) -> str:
+    """The gates, in order, from the marker alone (no session read). A checkpoint time from the
+    future cannot show the turn fresh: ``stale`` here; recovery re-judges it with the session's
+    own times before acting (``trusted_time``)."""
+    if not policy.enabled and not adopt:
+        return "disabled"
+    if m.node_id != node_id and not adopt:
+        return "foreign"
+    age = now - m.checkpoint_at
+    if age > policy.stale_after or from_future(m.checkpoint_at, now=now, policy=policy):
+        return "stale"
+    if m.resume_attempts >= policy.max_attempts:
+        return "exhausted"
+    return "resume"
+
+
+__all__ = ["VERDICTS", "Judged", "RecoveryPolicy", "from_future", "judged", "trusted_time",
+           "verdict"]

@@ -1,0 +1,193 @@
+"""The small records of the startup path: ``Marker``, ``Event``, ``Manifest``, as plain classes.
+
+Opening a store and listing its interrupted turns builds one ``Marker`` per marker file, and that
+path imports only the standard library (tests/test_startup_imports.py): attrs costs 20-50 ms at
+interpreter start, more than the whole listing. So these records are hand-written slotted classes
+with what the attrs classes gave: keyword construction, validation, immutability, equality by
+value, a hash, a repr, pickling, and ``replace(**changes)`` (the ``attrs.evolve`` of these
+classes). Sessions, turns and the rest of the public model stay attrs classes (``_model``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, dataclass_transform
+
+if TYPE_CHECKING:
+    from ._model import Session
+
+R = TypeVar("R", bound="Record")
+T = TypeVar("T", bound=type)
+
+
+class Record:
+    """Base of a frozen, slotted record; ``_fields`` names its fields in order."""
+
+    __slots__ = ()
+    _fields: ClassVar[tuple[str, ...]] = ()
+
+    def _init(self, **values: Any) -> None:
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen: use .replace({name}=...)")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is frozen")
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, n) for n in self._fields)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Record)
+        return self._values() == other._values()
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self) -> int:
+        return hash((self.__class__.__name__, *self._values()))
+
+    def __repr__(self) -> str:
+        body = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._fields)
+        return f"{type(self).__name__}({body})"
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        return self._values()
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        self._init(**dict(zip(self._fields, state, strict=True)))
+
+    def replace(self: R, **changes: Any) -> R:
+        """A copy with ``changes`` applied (validated like a new instance)."""
+        values = {n: getattr(self, n) for n in self._fields}
+        unknown = changes.keys() - values.keys()
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no field {sorted(unknown)[0]!r}")
+        values.update(changes)
+        return type(self)(**values)
+
+    __replace__ = replace  # copy.replace (Python 3.13+)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a dict (a dict-valued field is copied)."""
+        return {n: dict(v) if isinstance(v, dict) else v
+                for n in self._fields for v in (getattr(self, n),)}
+
+
+def finite(name: str, value: float) -> float:
+    """``value`` if it is a finite number (NaN and infinities cannot round-trip through JSON)."""
+    if value.__class__ is not float or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return value
+
+
+@dataclass_transform(kw_only_default=True, frozen_default=True)
+def defaults(cls: T) -> T:
+    """Make a ``Record`` subclass whose fields are its annotated class attributes, each with its
+    default (``name: type = value``, the form of an attrs class body): keyword-only construction,
+    unknown names refused, then ``cls._check()`` validates. Type checkers see the typed
+    ``__init__`` through ``dataclass_transform``."""
+    # not inspect.get_annotations: importing inspect costs more than the whole startup path
+    annotations = cls.__dict__.get("__annotations__", {})  # noqa: RUF063
+    names = tuple(n for n, t in annotations.items()
+                  if not str(t).startswith(("ClassVar", "typing.ClassVar")))
+    for n in names:
+        if n not in cls.__dict__:
+            raise TypeError(f"{cls.__name__}.{n} needs a default")
+
+    def __init__(self: Record, **values: Any) -> None:
+        unknown = values.keys() - set(names)
+        if unknown:
+            raise TypeError(f"{cls.__name__}() got an unexpected keyword argument "
+                            f"{sorted(unknown)[0]!r}")
+        self._init(**{n: values.get(n, getattr(cls, n)) for n in names})
+        check = getattr(self, "_check", None)
+        if check is not None:
+            check()
+
+    cls._fields = names  # type: ignore[attr-defined]
+    cls.__init__ = __init__  # type: ignore[misc]
+    return cls
+
+
+class Marker(Record):
+    """Index record of one interrupted turn (``markers/<session_id>.json``): enough to gate the
+    turn (age, attempts, owner node, route) without reading its session. ``route_key`` is the
+    TURN's route (``Turn.route_key``), the lock a resume must take."""
+
+    _fields = ("session_id", "turn_id", "session_version", "node_id", "route_key", "source",
+               "started_at", "checkpoint_at", "resume_attempts")
+    __slots__ = _fields
+    session_id: str
+    turn_id: str
+    session_version: int
+    node_id: str
+    route_key: str
+    source: str
+    started_at: float
+    checkpoint_at: float
+    resume_attempts: int
+
+    def __init__(self, session_id: str, turn_id: str, session_version: int, node_id: str,
+                 route_key: str, source: str, started_at: float, checkpoint_at: float,
+                 resume_attempts: int = 0) -> None:
+        self._init(session_id=session_id, turn_id=turn_id, session_version=session_version,
+                   node_id=node_id, route_key=route_key, source=source,
+                   started_at=finite("started_at", started_at),
+                   checkpoint_at=finite("checkpoint_at", checkpoint_at),
+                   resume_attempts=resume_attempts)
+
+    @classmethod
+    def of(cls, session: Session, node_id: str) -> Marker:
+        turn = session.turn
+        if turn is None:
+            raise ValueError("only a session in progress has a marker")
+        return cls(session_id=session.id, turn_id=turn.id, session_version=session.version,
+                   node_id=node_id, route_key=turn.route_key or session.route_key,
+                   source=session.source,
+                   started_at=turn.started_at, checkpoint_at=turn.checkpoint_at,
+                   resume_attempts=turn.resume_attempts)
+
+
+class Event(Record):
+    """One line of the event log."""
+
+    _fields = ("at", "code", "session_id", "turn_id", "node_id", "reason", "detail")
+    __slots__ = _fields
+    at: float
+    code: str
+    session_id: str | None
+    turn_id: str | None
+    node_id: str | None
+    reason: str | None
+    detail: dict[str, Any]
+
+    def __init__(self, at: float, code: str, session_id: str | None = None,
+                 turn_id: str | None = None, node_id: str | None = None,
+                 reason: str | None = None, detail: dict[str, Any] | None = None) -> None:
+        self._init(at=at, code=code, session_id=session_id, turn_id=turn_id, node_id=node_id,
+                   reason=reason, detail={} if detail is None else detail)
+
+
+class Manifest(Record):
+    """``fsdurable.json`` at the store root."""
+
+    _fields = ("store_id", "created_at", "format")
+    __slots__ = _fields
+    store_id: str
+    created_at: float
+    format: str
+
+    def __init__(self, store_id: str, created_at: float, format: str = "fsdurable/1") -> None:
+        self._init(store_id=store_id, created_at=created_at, format=format)
+
+
+__all__ = ["Event", "Manifest", "Marker", "Record", "defaults", "finite"]
