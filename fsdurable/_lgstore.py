@@ -44,6 +44,7 @@ from ._model import Session, Turn
 from ._store import Store
 
 PREFIX = "lg-"
+SOURCE = "langgraph"  # the thread sessions' source: recovery selects their markers by it
 RECORD_FORMAT = "fsdurable.lgrecord/1"
 HEAD_FORMAT = "fsdurable.lghead/1"
 KINDS = ("ckpt", "writes")
@@ -305,7 +306,7 @@ class Threads:
         """Commit the head (and the run state) through the store's one commit function."""
         now = self.store.clock()
         if s is None:
-            s = Session(id=sid, created_at=now, updated_at=now, source="langgraph",
+            s = Session(id=sid, created_at=now, updated_at=now, source=SOURCE,
                         route_key=f"session:{sid}")
         base = s.version
         run = dict(head["run"])
@@ -331,8 +332,9 @@ class Threads:
     def _write_once(self, sid: str, seq: int, kind: str, data: bytes) -> None:
         path = self.layout.lg_record(sid, seq, kind)
         for other in KINDS:  # a crashed write may have left this number under the other kind
-            if other != kind:
-                _fsio.unlink(self.layout.lg_record(sid, seq, other), durable=False)
+            stray = self.layout.lg_record(sid, seq, other)
+            if other != kind and _fsio.lstat(stray) is not None:
+                _fsio.unlink(stray, durable=False)  # made durable by write_new's dir fsync
         for _ in range(3):
             try:
                 _fsio.write_new(path, data, durable=self._durable)
@@ -443,6 +445,6 @@ def visible(idx: _Index, ns: str | None) -> Iterator[tuple[str, str, int]]:
         yield from reversed(group)
 
 
-__all__ = ["ENDED", "FAILED", "PAUSED", "PREFIX", "RUNNING", "Record", "Threads",
+__all__ = ["ENDED", "FAILED", "PAUSED", "PREFIX", "RUNNING", "SOURCE", "Record", "Threads",
            "encode_record", "head_of", "new_head", "parse_record", "thread_session_id",
            "visible"]

@@ -48,8 +48,10 @@ from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, TASKS
 from . import _lgstore as lg
 from ._aio import run_sync
 from ._config import DEFAULT_CONFIG, Config
-from ._model import Marker, Session
-from ._recovery import RecoveryPolicy, RecoveryReport
+from ._gates import RecoveryPolicy
+from ._model import Session
+from ._records import Marker
+from ._recovery import RecoveryReport
 from ._recovery import recover as _recover
 from ._store import Store
 
@@ -154,14 +156,25 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
             ns_map = dict(head["ns"])
             cur = ns_map.get(ns)
             latest = cur is None or ckid >= cur["id"]
+            head = {**head, "ns": ns_map}
             if latest:
                 keep = cur["writes"] if cur is not None and cur["id"] == ckid else []
-                ns_map[ns] = {"id": ckid, "seq": seq, "writes": keep}
-            head = {**head, "ns": ns_map}
-            if state == lg.RUNNING and latest and isinstance(run_id, str):
+                came = _early(head, ns, ckid)  # its writes saved before it (async durability)
+                ns_map[ns] = {"id": ckid, "seq": seq, "writes": [*keep, *came]}
+                head["early"] = [e for e in head.get("early", [])
+                                 if e[0] != ns or e[1] > ckid]
+                run = state
+                if came and state is not None:  # an interrupt or error saved before its put
+                    chans = {m[3] for n in came
+                             for m in self.threads.record(s.id if s else "", n, "writes")
+                             .header["parts"]}
+                    run = (lg.PAUSED if INTERRUPT in chans else lg.FAILED if ERROR in chans
+                           else state)
+            if not latest:  # only the thread's newest root checkpoint speaks for its run
+                return [("ckpt", rec)], head, None
+            if run == lg.RUNNING and isinstance(run_id, str):
                 head["run"] = {**head["run"], "run_id": run_id}
-            # only the thread's newest root checkpoint speaks for its run
-            return [("ckpt", rec)], head, state if latest else None
+            return [("ckpt", rec)], head, run
 
         self.threads.mutate(tid, build)
         return {"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": ckid}}
@@ -209,17 +222,22 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
         def build(s: Session | None, head: dict[str, Any], seq: int) -> Any:
             entry = head["ns"].get(ns)
             latest = entry is not None and entry["id"] == ckid
+            # durability="async" saves in the background: writes may come before their
+            # checkpoint (kept in the head's "early" list until its put) or after a newer one
+            early = entry is None or ckid > entry["id"]
+            pending = _early(head, ns, ckid)
             if s is None:
                 have: list[int] = []
             elif latest:
                 have = entry["writes"]
+            elif early:
+                have = pending
             else:
                 have = self.threads.index(s).writes.get((ns, ckid), [])
             seen = {(w[0], w[4]) for w in self.threads.writes_of(lg.thread_session_id(tid), have)}
             fresh = [(i, ch, t) for i, ch, t in typed if i < 0 or (task_id, i) not in seen]
-            # a late write to an older checkpoint (durability="async" saves in the background)
-            # never reopens or closes the run: only writes to the newest checkpoint do
-            now = state if latest else None
+            # a late write to an older checkpoint never reopens or closes the run
+            now = state if latest or early else None
             if not fresh and now is None:
                 return None
             records = []
@@ -231,6 +249,9 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
                 if latest:
                     head = {**head, "ns": {**head["ns"], ns: {**entry,
                                                                 "writes": [*have, seq]}}}
+                elif early:
+                    rest = [e for e in head.get("early", []) if e[:2] != [ns, ckid]]
+                    head = {**head, "early": [*rest, [ns, ckid, [*pending, seq]]]}
             return records, head, now
 
         self.threads.mutate(tid, build)
@@ -360,6 +381,15 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
         await run_sync(self.prune, thread_ids, strategy=strategy)
 
 
+def _early(head: dict[str, Any], ns: str, ckid: str) -> list[int]:
+    """The writes records saved for a checkpoint of ``ns`` before the checkpoint itself."""
+    for e in head.get("early", []):
+        if e[0] == ns and e[1] == ckid:
+            seqs: list[int] = e[2]
+            return seqs
+    return []
+
+
 def _pending(checkpoint: Checkpoint) -> bool:
     """Does a root checkpoint leave a node to run (see the module doc)? Unknown: yes."""
     updated = checkpoint.get("updated_channels")
@@ -425,7 +455,8 @@ class _GraphHost:
 
 def _select(select: Callable[[Marker], bool] | None) -> Callable[[Marker], bool]:
     def ours(m: Marker) -> bool:
-        return m.session_id.startswith(lg.PREFIX) and (select is None or select(m))
+        return (m.source == lg.SOURCE and m.session_id.startswith(lg.PREFIX)
+                and (select is None or select(m)))
 
     return ours
 
