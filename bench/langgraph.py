@@ -351,6 +351,10 @@ def section(d: dict[str, Any]) -> str:
              f"{fmt_time(r['sqlite_every_thread']['median'])} "
              f"({disc['ratios']['sqlite_every_thread_vs_fsdurable']:,.0f}x).", ""]
     put_r = pg["ratios"]["put_fsdurable_vs_sqlite_full"]
+    rows.append(f"The chat takes {ch['ratios']['total_fsdurable_vs_sqlite_full']:.1f}x "
+                "SqliteSaver's time; each of its turns is two puts, two put_writes and the "
+                "run's marker written and removed.")
+    rows.append("")
     rows.append(
         f"`put` is {put_r:.1f}x SqliteSaver at equal durability (target <= 2x"
         f"{', met' if put_r <= 2 else ', **missed**'}). A put creates two files (its record and "
