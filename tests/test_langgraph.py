@@ -300,3 +300,40 @@ def test_import_fsdurable_and_discovery_import_no_langgraph(tmp_path: Path) -> N
     out = subprocess.run([PYTHON, "-c", code, str(root)], env=subprocess_env(), text=True,
                          capture_output=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _cp(ckid: str | None = None, *, pending: bool) -> Any:
+    cp = generate_checkpoint(checkpoint_id=ckid)
+    cp["updated_channels"] = ["branch:to:next"] if pending else ["x"]
+    return cp
+
+
+def test_writes_saved_before_their_checkpoint_join_it_and_an_early_interrupt_pauses(
+        root: Path) -> None:
+    """durability="async" saves in the background: a task's writes may reach the saver before
+    the checkpoint they belong to (seen with a real graph paused at interrupt())."""
+    saver = FsDurableSaver(root)
+    first = saver.put(cfg_of("t"), _cp(pending=True), generate_metadata(), {})
+    nxt = _cp(pending=True)
+    early = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "checkpoint_id": nxt["id"]}}
+    saver.put_writes(early, [("x", 1), ("__interrupt__", {"ask": "?"})], "task")
+    parent = {**cfg_of("t")}
+    parent["configurable"] = {**parent["configurable"],
+                              "checkpoint_id": first["configurable"]["checkpoint_id"]}
+    saver.put(parent, nxt, generate_metadata(step=1), {})
+    tup = saver.get_tuple(cfg_of("t"))
+    assert tup is not None and tup.checkpoint["id"] == nxt["id"]
+    assert sorted(w[1] for w in tup.pending_writes or []) == ["__interrupt__", "x"]
+    assert saver.store.interrupted() == []  # paused for a human, not interrupted
+
+
+def test_a_late_write_to_an_older_checkpoint_never_reopens_the_run(root: Path) -> None:
+    saver = FsDurableSaver(root)
+    first = saver.put(cfg_of("t"), _cp(pending=True), generate_metadata(), {})
+    parent = {"configurable": {**first["configurable"]}}
+    saver.put(parent, _cp(pending=False), generate_metadata(step=1), {})  # the run ended
+    assert saver.store.interrupted() == []
+    saver.put_writes(first, [("__resume__", "late")], "task")
+    assert saver.store.interrupted() == []
+    tup = saver.get_tuple(first)
+    assert tup is not None and [w[1] for w in tup.pending_writes or []] == ["__resume__"]
