@@ -233,6 +233,9 @@ def test_every_file_written_validates_and_payloads_are_the_serializers_bytes(
     written = {a[0]: a[1] for op, a in ops if op == "write"}
     finals = [(a[0], a[1]) for op, a in ops if op in ("rename", "link")]
     finals += [(a[0], a[0]) for op, a in ops if op == "create" and "/langgraph/" in a[0]]
+    for v in SCHEMA.values():
+        Draft202012Validator.check_schema(v.schema)
+        assert v.schema.get("additionalProperties", True) is True  # readers ignore unknown keys
     n_records = n_heads = 0
     for tmp, final in finals:
         data = written[tmp]
