@@ -10,7 +10,7 @@ import time
 
 from ._harness import QUICK_RESULTS, RESULTS, log
 
-PARTS = ("startup", "discovery", "commit", "growth", "memory", "langgraph")
+PARTS = ("startup", "discovery", "commit", "growth", "memory", "looplag", "langgraph")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,7 @@ _EXPORTS = {
     "DEFAULT_CONFIG": "._config",
     "ConflictError": "._errors",
     "FsDurableError": "._errors",
+    "HostError": "._errors",
     "InvalidSessionId": "._errors",
     "InvalidState": "._errors",
     "LockTimeout": "._errors",
@@ -46,6 +47,7 @@ _EXPORTS = {
     "ToolContext": "._tools",
     "tool": "._tools",
     "Host": "._recovery",
+    "arecover": "._recovery",
     "Outcome": "._recovery",
     "RecoveryPolicy": "._gates",
     "RecoveryReport": "._recovery",
@@ -77,28 +79,51 @@ def __dir__() -> list[str]:
     return __all__
 
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # explicit re-exports (`X as X`): mypy --strict users see them public
     from ._async import AsyncStore as AsyncStore
-    from ._config import DEFAULT_CONFIG, Config
-    from ._doctor import Finding, doctor
-    from ._errors import (
-        ConflictError,
-        FsDurableError,
-        InvalidSessionId,
-        InvalidState,
-        LockTimeout,
-        SessionNotFound,
-        StorageError,
-        TurnStateError,
-        UnreadableState,
-    )
-    from ._gates import RecoveryPolicy
-    from ._layout import validate_session_id
-    from ._loop import AgentLoop, TurnResult
-    from ._model import LedgerEntry, Message, Session, ToolCall, Turn
-    from ._records import Event, Marker
-    from ._recovery import Host, Outcome, RecoveryReport, recover, resume_one
-    from ._store import Store, default_root
-    from ._sync import Resolution, adopt, conflict_copies, foreign_turns, resolve, take_over
-    from ._tools import Reply, ScriptedModel, Tool, ToolContext, tool
-    from ._watch import Change, watch
+    from ._config import DEFAULT_CONFIG as DEFAULT_CONFIG
+    from ._config import Config as Config
+    from ._doctor import Finding as Finding
+    from ._doctor import doctor as doctor
+    from ._errors import ConflictError as ConflictError
+    from ._errors import FsDurableError as FsDurableError
+    from ._errors import HostError as HostError
+    from ._errors import InvalidSessionId as InvalidSessionId
+    from ._errors import InvalidState as InvalidState
+    from ._errors import LockTimeout as LockTimeout
+    from ._errors import SessionNotFound as SessionNotFound
+    from ._errors import StorageError as StorageError
+    from ._errors import TurnStateError as TurnStateError
+    from ._errors import UnreadableState as UnreadableState
+    from ._gates import RecoveryPolicy as RecoveryPolicy
+    from ._layout import validate_session_id as validate_session_id
+    from ._loop import AgentLoop as AgentLoop
+    from ._loop import TurnResult as TurnResult
+    from ._model import LedgerEntry as LedgerEntry
+    from ._model import Message as Message
+    from ._model import Session as Session
+    from ._model import ToolCall as ToolCall
+    from ._model import Turn as Turn
+    from ._records import Event as Event
+    from ._records import Marker as Marker
+    from ._recovery import Host as Host
+    from ._recovery import Outcome as Outcome
+    from ._recovery import RecoveryReport as RecoveryReport
+    from ._recovery import arecover as arecover
+    from ._recovery import recover as recover
+    from ._recovery import resume_one as resume_one
+    from ._store import Store as Store
+    from ._store import default_root as default_root
+    from ._sync import Resolution as Resolution
+    from ._sync import adopt as adopt
+    from ._sync import conflict_copies as conflict_copies
+    from ._sync import foreign_turns as foreign_turns
+    from ._sync import resolve as resolve
+    from ._sync import take_over as take_over
+    from ._tools import Reply as Reply
+    from ._tools import ScriptedModel as ScriptedModel
+    from ._tools import Tool as Tool
+    from ._tools import ToolContext as ToolContext
+    from ._tools import tool as tool
+    from ._watch import Change as Change
+    from ._watch import watch as watch

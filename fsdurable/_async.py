@@ -102,9 +102,10 @@ class AsyncStore:
     # ------------------------------------------------------------------ turns
 
     async def begin_turn(self, session_id: str, content: str | None = None, *,
-                         role: str = "user", turn_id: str | None = None) -> Session:
+                         role: str = "user", turn_id: str | None = None,
+                         route_key: str | None = None) -> Session:
         return await run_sync(self.store.begin_turn, session_id, content, role=role,
-                              turn_id=turn_id)
+                              turn_id=turn_id, route_key=route_key)
 
     async def checkpoint(self, session: Session, *, phase: str | None = None) -> Session:
         return await run_sync(self.store.checkpoint, session, phase=phase)

@@ -154,6 +154,13 @@ class _Scan:
         if got is None:
             return None
         s, migrated = got
+        from ._review import parked  # a parked call is a human's to answer: never "healthy"
+
+        waiting = [c for c in parked(s) if c["answer"] is None]
+        if waiting:
+            self.add("review_required", path, f"{len(waiting)} call(s) may or may not have run "
+                     f"({', '.join(str(c.get('tool')) for c in waiting)}): a human answers with "
+                     f"`fsdurable review {sid} --ran|--did-not-run`", session_id=sid)
         if migrated:
             self.add("old_format", path, "an older session format", session_id=sid,
                      repair="migrate to the current format", fix=lambda: self.store.load(sid))

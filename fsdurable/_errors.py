@@ -81,6 +81,13 @@ class TurnStateError(FsDurableError, RuntimeError):
     """The operation does not fit the session's turn state (e.g. a turn already in progress)."""
 
 
+class HostError(FsDurableError, RuntimeError):
+    """The host used the loop in a way that cannot work — an async model or tool called from the
+    sync ``run`` inside a running event loop, a model that returns no ``Reply``. A programming
+    error, not a crash: the turn ends ``failed`` (``turn_failed`` event), it is never left for
+    recovery to retry."""
+
+
 class StorageError(FsDurableError, OSError):
     """The disk refused an operation (ENOSPC, EIO, EACCES, read-only store, ...).
 
@@ -98,6 +105,7 @@ class StorageError(FsDurableError, OSError):
 __all__ = [
     "ConflictError",
     "FsDurableError",
+    "HostError",
     "InvalidSessionId",
     "InvalidState",
     "LockTimeout",

@@ -22,6 +22,7 @@ from ._records import Event
 TURN_STARTED = "turn_started"
 TURN_COMPLETED = "turn_completed"
 TURN_CANCELLED = "turn_cancelled"
+TURN_FAILED = "turn_failed"  # a host's programming error ended the turn (never retried)
 RESUMING = "interrupted_turn_resuming"
 RESUMED = "interrupted_turn_resumed"
 RESUME_FAILED = "interrupted_turn_resume_failed"
@@ -38,6 +39,8 @@ ADOPTED = "interrupted_turn_adopted"
 CONFLICT_RESOLVED = "conflict_resolved"
 TOOL_REFUSED = "tool_refused"
 CLOCK_STEP = "clock_step"  # a checkpoint time from the future: never used to judge staleness
+REVIEW_ANSWERED = "review_answered"  # a human said whether a parked call ran (fsdurable review)
+REVIEW_RERUN = "review_rerun"  # a call answered "did not run" was run again, attended, same key
 
 Subscriber = Callable[[Event], None]
 

@@ -5,6 +5,13 @@ and are never the file that gets replaced: locking a file that a rename swaps ou
 ``flock`` locks belong to an open file, so two threads of one process exclude each other as well as
 two processes; a lock held by a process that died is released by the kernel.
 Lock files are never deleted (deleting a lock file races with a waiter that opened it).
+
+A ``flock`` lock belongs to the open file, and ``fork`` shares open files with the child: a tool
+that starts a helper with ``multiprocessing`` (fork) would keep the turn's route lock for as long
+as the helper lives, after the agent died — recovery would find the route busy. So a forked child
+closes its copies of every lock file this process holds (``os.register_at_fork``); the parent's
+locks are untouched (closing one descriptor of a shared open file releases nothing). ``exec``
+closes them too (``O_CLOEXEC``).
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import IO, Any
 
 from . import _fsio
@@ -22,6 +29,27 @@ from ._errors import LockTimeout
 
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+# the lock files this process holds, by descriptor; a forked child closes them
+_HELD: dict[int, IO[Any]] = {}
+_HELD_MU = threading.Lock()
+
+
+def _close_held_in_child() -> None:
+    """``after_in_child`` of a fork: drop the inherited lock files (the only thread here is the
+    forking one, so the registry is read without its mutex, which may have been held)."""
+    global _HELD_MU
+    _HELD_MU = threading.Lock()
+    held = list(_HELD.values())
+    _HELD.clear()
+    for fh in held:
+        with suppress(OSError):
+            fh.close()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_held_in_child)
 
 
 def _lock_name(kind: str, key: str) -> str:
@@ -70,9 +98,14 @@ class Locks:
                         ) from e
                     time.sleep(min(delay, deadline - now))
                     delay = min(delay * 2, 0.05)
+            with _HELD_MU:
+                _HELD[fd] = fh
             try:
                 yield
             finally:
-                portalocker.unlock(fh)
+                with _HELD_MU:
+                    _HELD.pop(fd, None)
+                if not fh.closed:  # closed: this is a forked child, which never held it
+                    portalocker.unlock(fh)
         finally:
             fh.close()

@@ -18,19 +18,23 @@ Attendance is decided here, at execution time: ``run(..., attended=)`` is the li
 from __future__ import annotations
 
 import contextlib
+import inspect
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import attrs
 
 from . import _events as ev
 from . import _fsio
 from ._config import Config
-from ._errors import ConflictError, SessionNotFound, TurnStateError
-from ._model import LedgerEntry, Message, Session, ToolCall
+from ._errors import ConflictError, HostError, SessionNotFound, TurnStateError
+from ._model import LedgerEntry, Message, Session, ToolCall, in_doubt, unanswered_calls
 from ._store import Store
-from ._tools import Model, Tool, ToolContext, call_model
+from ._tools import Model, Reply, Tool, ToolContext, as_reply, call_model, is_async, settle
+
+T = TypeVar("T")
 
 Approver = Callable[[ToolContext, ToolCall], bool]
 Compactor = Callable[[Sequence[Message]], "tuple[str, Sequence[Message]]"]
@@ -83,29 +87,72 @@ def _with_entry(s: Session, entry: LedgerEntry) -> Session:
     return attrs.evolve(s, turn=attrs.evolve(s.turn, ledger=(*rest, entry)))
 
 
-def unanswered_calls(s: Session) -> tuple[ToolCall, ...]:
-    """Tool calls of the last assistant message that have no tool result yet."""
-    for i in range(len(s.messages) - 1, -1, -1):
-        m = s.messages[i]
-        if m.role == "assistant":
-            done = {x.tool_call_id for x in s.messages[i + 1:] if x.role == "tool"}
-            return tuple(c for c in m.tool_calls if c.id not in done)
-        if m.role == "user":
-            return ()
-    return ()
+class _SyncIO:
+    """``run``: every step in the caller's thread. Its awaits never suspend (``_complete``)."""
+
+    cancel_error: tuple[type[BaseException], ...] = ()
+
+    async def disk(self, fn: Callable[..., T], /, *args: Any, **kw: Any) -> T:
+        return fn(*args, **kw)
+
+    async def model(self, model: Model, transcript: Sequence[Message],
+                    specs: Sequence[Mapping[str, Any]]) -> Reply:
+        return call_model(model, transcript, specs)
+
+    async def tool(self, t: Tool, ctx: ToolContext, args: Mapping[str, Any]) -> Any:
+        return settle(t.fn(ctx, **args), f"tool {t.name!r}")
 
 
-def in_doubt(s: Session) -> tuple[LedgerEntry, ...]:
-    """Ledger entries with an intent and no outcome: the effect may or may not have happened."""
-    return tuple(e for e in s.turn.ledger if e.status == "intent") if s.turn else ()
+class _AsyncIO:
+    """``arun``: async models and tools are awaited on the caller's loop; the disk, the lock
+    waits and sync models and tools run off it (``_aio.run_sync``: shielded, so a cancelled
+    ``arun`` never stops a commit half-way)."""
+
+    def __init__(self) -> None:
+        import asyncio
+
+        self.cancel_error: tuple[type[BaseException], ...] = (asyncio.CancelledError,)
+
+    async def disk(self, fn: Callable[..., T], /, *args: Any, **kw: Any) -> T:
+        from ._aio import run_sync
+
+        return await run_sync(fn, *args, **kw)
+
+    async def _call(self, fn: Callable[..., Any], /, *args: Any, **kw: Any) -> Any:
+        out = fn(*args, **kw) if is_async(fn) else await self.disk(fn, *args, **kw)
+        return await out if inspect.isawaitable(out) else out
+
+    async def model(self, model: Model, transcript: Sequence[Message],
+                    specs: Sequence[Mapping[str, Any]]) -> Reply:
+        return as_reply(await self._call(model, transcript, specs))
+
+    async def tool(self, t: Tool, ctx: ToolContext, args: Mapping[str, Any]) -> Any:
+        return await self._call(t.fn, ctx, **args)
+
+
+_IO = _SyncIO | _AsyncIO
+_SYNC = _SyncIO()
+
+
+def _complete(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends (the step logic under ``_SyncIO``) to its end."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    coro.close()
+    raise AssertionError("a sync step suspended")  # _SyncIO awaits nothing that can
 
 
 class AgentLoop:
     """Runs durable turns on a store: ``AgentLoop(store, model, tools, config)``.
 
-    ``approve(ctx, call) -> bool`` answers approval requests of an attended run (without it every
-    request is denied); an unattended run denies them all without asking. ``clock`` drives the
-    checkpoint debounce (default: the store's clock). Thread-safe for distinct sessions.
+    ``run`` drives a turn in the caller's thread; ``await arun(...)`` drives the same steps on
+    the caller's event loop. ``approve(ctx, call) -> bool`` answers approval requests of an
+    attended run (without it every request is denied); an unattended run denies them all
+    without asking. ``clock`` is the MONOTONIC clock the checkpoint debounce measures elapsed
+    time on (default ``time.monotonic``: a wall-clock step never stops or floods checkpoints);
+    the times written to disk come from the store's clock. Thread-safe for distinct sessions.
     """
 
     def __init__(self, store: Store, model: Model, tools: Iterable[Tool] = (),
@@ -116,7 +163,7 @@ class AgentLoop:
         self.model = model
         self.tools = {t.name: t for t in tools}
         self.config = config if config is not None else store.config
-        self.clock = clock if clock is not None else store.clock
+        self.clock = clock if clock is not None else time.monotonic
         self.approve = approve
         self.max_steps = max_steps
         self.compactor = compactor
@@ -134,96 +181,172 @@ class AgentLoop:
         t = self.tools.get(name)
         return t.effect if t is not None else None
 
+    def rerun_safe(self, name: str) -> bool:
+        """May an in-doubt call of this tool be re-run on an unattended resume? Only if a repeat
+        with the same idempotency key is a no-op (``idempotent``) AND the resume would run it:
+        a tool that needs approval or is deny-listed unattended would be refused, and recording
+        "refused" for a call that may have run is a lie — such a turn is parked for review."""
+        t = self.tools.get(name)
+        return (t is not None and t.effect == "idempotent" and not t.needs_approval
+                and name not in self.config.unattended_deny)
+
     def resume_claimed(self, session: Session) -> TurnResult:
         """Continue a turn that recovery claimed (it holds the route lock and has committed the
         attempt). Always unattended: this path has no way to say otherwise."""
+        self._resumable(session)
+        return _complete(self._drive(session, _SYNC, attended=False, resumed=True))
+
+    async def aresume_claimed(self, session: Session) -> TurnResult:
+        """``resume_claimed`` on the caller's event loop (what ``arecover`` calls)."""
+        self._resumable(session)
+        return await self._drive(session, _AsyncIO(), attended=False, resumed=True)
+
+    def _resumable(self, session: Session) -> None:
         if not session.in_progress:
             raise TurnStateError(f"session {session.id!r} has no turn to resume",
                                  session_id=session.id, reason="not_in_progress")
         for e in in_doubt(session):
-            if self.tool_effect(e.name) != "idempotent":
+            if not self.rerun_safe(e.name):
                 raise TurnStateError(f"tool call {e.tool_call_id!r} ({e.name}) is in doubt and "
                                      "cannot be re-run safely", session_id=session.id,
                                      reason="in_doubt")
-        return self._drive(session, attended=False, resumed=True)
 
     # ------------------------------------------------------------------ live turns
 
     def run(self, session_id: str, content: str | None, *, attended: bool = False) -> TurnResult:
         """Run a live turn under the session's route lock. ``attended``: a human is present now
         (the caller knows; nothing stored decides it). The turn is committed in progress before
-        the model is called."""
+        the model is called. An async model or tool is run on a fresh event loop; inside a
+        running loop that cannot work: the turn ends ``failed`` and ``HostError`` is raised
+        (use ``arun``)."""
         route = self.store.load(session_id).route_key
         while True:
             with self.store.lock(route):
-                current = self.store.load(session_id).route_key
-                if current == route:  # else it changed before we held it: take the right one
-                    s = self.store.begin_turn(session_id, content)
-                    return self._drive(s, attended=attended, resumed=False)
-            route = current
+                got = self._begin(session_id, content, route)
+                if isinstance(got, Session):
+                    return _complete(self._drive(got, _SYNC, attended=attended, resumed=False))
+            route = got
+
+    async def arun(self, session_id: str, content: str | None, *,
+                   attended: bool = False) -> TurnResult:
+        """``run`` for asyncio: the model (if ``async def``) and async tools are awaited on the
+        caller's event loop; commits, lock waits and sync models/tools run off it. The route
+        lock wait is cancellable. A cancelled ``arun`` leaves no half state: a commit in flight
+        completes, then the turn is cancelled (marker removed, ``turn_cancelled``)."""
+        from ._aio import run_sync
+        from ._async import AsyncStore
+
+        astore = AsyncStore(self.store)
+        io = _AsyncIO()
+        route = (await run_sync(self.store.load, session_id)).route_key
+        while True:
+            async with astore.lock(route):
+                got = await run_sync(self._begin, session_id, content, route)
+                if isinstance(got, Session):
+                    return await self._drive(got, io, attended=attended, resumed=False)
+            route = got
+
+    def _begin(self, session_id: str, content: str | None, route: str) -> Session | str:
+        """Begin the turn under ``route`` (the lock the caller holds; it stays the turn's route
+        whatever the session's field says later), unless the session was re-routed before the
+        lock was taken: then the route to take instead."""
+        current = self.store.load(session_id).route_key
+        if current != route:
+            return current
+        return self.store.begin_turn(session_id, content, route_key=route)
 
     def cancel(self, session_id: str) -> Session:
         """Cancel the session's turn: flush its pending checkpoint, commit it not in progress
-        (marker removed, ``turn_cancelled``); the running loop stops at its next boundary."""
+        (marker removed, ``turn_cancelled``); the running loop stops at its next boundary.
+        From a coroutine, ``await loop.acancel(...)`` (this one blocks on the turn's commit)."""
         with self._mu:
             run = self._runs.get(session_id)
         if run is None:
             return self.store.cancel(session_id)
+        return self._cancel_run(run)
+
+    async def acancel(self, session_id: str) -> Session:
+        """``cancel`` off the event loop."""
+        from ._aio import run_sync
+
+        return await run_sync(self.cancel, session_id)
+
+    def _cancel_run(self, run: _Run) -> Session:
         with run.mu:
             if run.pending and not run.cancelled.is_set():
                 with contextlib.suppress(_Stop, ConflictError):
                     self._commit(run, run.phase)
             run.cancelled.set()
-            return self.store.cancel(session_id)
+            return self.store.cancel(run.session.id)
 
     # ------------------------------------------------------------------ the turn
 
-    def _drive(self, s: Session, *, attended: bool, resumed: bool) -> TurnResult:
+    async def _drive(self, s: Session, io: _IO, *, attended: bool,
+                     resumed: bool) -> TurnResult:
         run = _Run(s, attended=attended, resumed=resumed, now=self.clock())
         with self._mu:
             self._runs[s.id] = run
         try:
             try:
-                return self._steps(run)
+                return await self._steps(run, io)
             except _Stop as stop:
                 return self._result(run, stop.status, None)
+            except HostError as e:
+                await io.disk(self._fail, run, e)
+                raise
+            except BaseException as e:
+                if isinstance(e, io.cancel_error):  # arun's task was cancelled
+                    await io.disk(self._cancel_run, run)
+                raise
         finally:
             with self._mu:
                 if self._runs.get(s.id) is run:
                     del self._runs[s.id]
 
-    def _steps(self, run: _Run) -> TurnResult:
+    async def _steps(self, run: _Run, io: _IO) -> TurnResult:
+        """The turn's steps — one logic for ``run`` and ``arun``; ``io`` says where each
+        blocking step runs."""
         if run.resumed:
             last = run.session.messages[-1] if run.session.messages else None
             if last is not None and last.role == "assistant" and not last.tool_calls:
-                return self._end(run)  # the final reply was written; only the end is missing
-            self._batch(run, unanswered_calls(run.session))
+                return await io.disk(self._end, run)  # the final reply was written already
+            await self._batch(run, io, unanswered_calls(run.session))
         steps = 0
         while True:
-            self._check(run)
             if steps >= self.max_steps:
-                return self._end(run, status="step_limit")
-            self._maybe_compact(run)
-            if run.resumed:
-                self._commit(run, "before_model", only_if_pending=True)
-            reply = call_model(self.model, self._transcript(run.session), self.tool_specs())
+                return await io.disk(self._end, run, status="step_limit")
+            await io.disk(self._before_model, run)
+            reply = await io.model(self.model, self._transcript(run.session), self.tool_specs())
             steps += 1
-            with run.mu:
-                self._check(run)
-                calls = _unique_calls(run.session, reply.tool_calls)
-                msg = Message("assistant", reply.content, calls)
-                run.session = attrs.evolve(run.session, messages=(*run.session.messages, msg))
-                if not reply.tool_calls:
-                    return self._end(run)
-                self._boundary(run, "model_reply")
-            self._batch(run, calls)
-            self._boundary(run, "tool_batch")
+            got = await io.disk(self._take_reply, run, reply)
+            if isinstance(got, TurnResult):
+                return got
+            await self._batch(run, io, got)
+            await io.disk(self._boundary, run, "tool_batch")
 
     def _transcript(self, s: Session) -> tuple[Message, ...]:
         if s.summary:
             return (Message("system", f"Summary of the earlier conversation: {s.summary}"),
                     *s.messages)
         return s.messages
+
+    def _before_model(self, run: _Run) -> None:
+        self._check(run)
+        self._maybe_compact(run)
+        if run.resumed:
+            self._commit(run, "before_model", only_if_pending=True)
+
+    def _take_reply(self, run: _Run, reply: Reply) -> tuple[ToolCall, ...] | TurnResult:
+        """Append the model's reply: the turn's end if it calls no tool, else its calls."""
+        with run.mu:
+            self._check(run)
+            calls = _unique_calls(run.session, reply.tool_calls)
+            msg = Message("assistant", reply.content, calls)
+            run.session = attrs.evolve(run.session, messages=(*run.session.messages, msg))
+            if not calls:
+                return self._end(run)
+            self._boundary(run, "model_reply")
+            return calls
 
     def _maybe_compact(self, run: _Run) -> None:
         if self.compactor is None or len(run.session.messages) <= self.compact_after:
@@ -235,12 +358,29 @@ class AgentLoop:
             # left pending behind the debounce
             self._commit(run, "compaction")
 
-    def _batch(self, run: _Run, calls: Sequence[ToolCall]) -> None:
+    async def _batch(self, run: _Run, io: _IO, calls: Sequence[ToolCall]) -> None:
         for c in calls:
-            self._check(run)
-            self._one(run, c)
+            plan = await io.disk(self._prepare, run, c)
+            if plan is None:
+                continue
+            t, ctx, entry = plan
+            status = "done"
+            try:
+                text = _text(await io.tool(t, ctx, c.arguments))
+            except HostError:
+                raise
+            except Exception as e:  # a tool's failure is the model's business, not the loop's
+                status, text = "failed", f"error: {type(e).__name__}: {e}"
+            if entry is not None:
+                entry = attrs.evolve(entry, status=status, outcome_at=self.store.clock(),
+                                     result=text)
+            await io.disk(self._answer, run, c, text, entry)
 
-    def _one(self, run: _Run, c: ToolCall) -> None:
+    def _prepare(self, run: _Run, c: ToolCall
+                 ) -> tuple[Tool, ToolContext, LedgerEntry | None] | None:
+        """Everything before a tool call: answer it from the ledger, refuse it, or commit its
+        intent (durable before the call, carrying any pending checkpoint). None: answered."""
+        self._check(run)
         sid, tid = run.session.id, run.turn_id
         key = f"{sid}:{tid}:{c.id}"
         ctx = ToolContext(session_id=sid, turn_id=tid, tool_call_id=c.id, idempotency_key=key,
@@ -251,36 +391,32 @@ class AgentLoop:
         known = run.session.turn.entry(c.id)
         if known is not None and known.status != "intent":  # outcome recorded: never re-run
             self._answer(run, c, known.result or "", None)
-            return
+            return None
         if t is None:
             self._answer(run, c, f"error: unknown tool {c.name!r}", None)
-            return
+            return None
         refusal = self._refusal(run, t, ctx, c)
         if refusal is not None:
+            if known is not None:  # in doubt: it may have run, "refused" would be a lie
+                raise TurnStateError(f"tool call {c.id!r} ({c.name}) is in doubt and would be "
+                                     "refused on this run", session_id=sid, reason="in_doubt")
             reason, text = refusal
             run.refused.append(t.name)
             self.store.emit(ev.TOOL_REFUSED, session_id=sid, turn_id=tid, reason=reason,
                             tool=t.name, tool_call_id=c.id, attended=run.attended)
             entry = None
             if t.effect != "none":
-                now = self.clock()
+                now = self.store.clock()
                 entry = LedgerEntry(c.id, t.name, t.effect, key, "refused", now, now, text)
             self._answer(run, c, text, entry)
-            return
+            return None
         entry = None
         if t.effect != "none":
-            entry = LedgerEntry(c.id, t.name, t.effect, key, "intent", self.clock())
-            with run.mu:  # intent is durable before the call; carries any pending checkpoint
+            entry = LedgerEntry(c.id, t.name, t.effect, key, "intent", self.store.clock())
+            with run.mu:
                 run.session = _with_entry(run.session, entry)
                 self._commit(run, "tool_intent")
-        status = "done"
-        try:
-            text = _text(t.fn(ctx, **c.arguments))
-        except Exception as e:  # a tool's failure is the model's business, not the loop's
-            status, text = "failed", f"error: {type(e).__name__}: {e}"
-        if entry is not None:
-            entry = attrs.evolve(entry, status=status, outcome_at=self.clock(), result=text)
-        self._answer(run, c, text, entry)
+        return t, ctx, entry
 
     def _answer(self, run: _Run, c: ToolCall, text: str, entry: LedgerEntry | None) -> None:
         with run.mu:
@@ -344,6 +480,26 @@ class AgentLoop:
                     self._rebase(run, give_up=tries == 0)
             run.pending = False
         return self._result(run, status, s)
+
+    def _fail(self, run: _Run, error: HostError) -> None:
+        """A host's programming error: end the turn (transcript kept, marker removed) with a
+        ``turn_failed`` event. Retrying it at the next start would fail the same way."""
+        with run.mu:
+            try:
+                self._check(run)
+                for tries in range(_REBASES, -1, -1):
+                    s = run.session
+                    try:
+                        self.store.commit(attrs.evolve(s, in_progress=False, turn=None),
+                                          s.version)
+                        break
+                    except ConflictError:
+                        self._rebase(run, give_up=tries == 0)
+            except _Stop:
+                return  # cancelled or superseded meanwhile: nothing of ours to end
+            run.pending = False
+        self.store.emit(ev.TURN_FAILED, session_id=run.session.id, turn_id=run.turn_id,
+                        reason=error.reason, error=str(error))
 
     def _result(self, run: _Run, status: str, s: Session | None) -> TurnResult:
         reply = next((m.content for m in reversed(run.session.messages)
@@ -413,4 +569,5 @@ def _unique_calls(s: Session, calls: Sequence[ToolCall]) -> tuple[ToolCall, ...]
     return tuple(out)
 
 
+# the ledger queries live with the model; re-exported for the hosts that import them from here
 __all__ = ["AgentLoop", "TurnResult", "in_doubt", "unanswered_calls"]

@@ -125,5 +125,23 @@ class Session:
             raise ValueError("a session has a turn if and only if it is in progress")
 
 
+def unanswered_calls(s: Session) -> tuple[ToolCall, ...]:
+    """Tool calls of the last assistant message that have no tool result yet."""
+    for i in range(len(s.messages) - 1, -1, -1):
+        m = s.messages[i]
+        if m.role == "assistant":
+            done = {x.tool_call_id for x in s.messages[i + 1:] if x.role == "tool"}
+            return tuple(c for c in m.tool_calls if c.id not in done)
+        if m.role == "user":
+            return ()
+    return ()
+
+
+def in_doubt(s: Session) -> tuple[LedgerEntry, ...]:
+    """Ledger entries with an intent and no outcome: the effect may or may not have happened."""
+    return tuple(e for e in s.turn.ledger if e.status == "intent") if s.turn else ()
+
+
 __all__ = ["EFFECTS", "LEDGER_STATUSES", "ROLES", "Effect", "Event", "LedgerEntry", "LedgerStatus",
-           "Manifest", "Marker", "Message", "Session", "ToolCall", "Turn"]
+           "Manifest", "Marker", "Message", "Session", "ToolCall", "Turn", "in_doubt",
+           "unanswered_calls"]

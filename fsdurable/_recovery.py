@@ -7,11 +7,13 @@
 3. older than the staleness window -> abandoned (``stale``): a months-old intent never fires;
 4. attempts at the cap -> abandoned (``exhausted``): no boot loop;
 5. otherwise claim it under the turn's ORIGINAL route lock (the same lock a live turn holds, so
-   the two never interleave and recovery never cancels a live turn): re-read the marker and the
-   session; a turn that finished or moved on meanwhile supersedes the recovery; an in-doubt call
-   of a tool that cannot take a repeat parks the turn for review; otherwise the incremented
-   attempt count is COMMITTED before the model is called, then the host continues the turn,
-   unattended.
+   the two never interleave and recovery never cancels a live turn), tried once: a route held
+   (a live turn, another process resuming it) is ``busy``. Re-read the marker and the session; a
+   turn that finished or moved on meanwhile supersedes the recovery; one whose attempt count
+   moved since the listing was claimed elsewhere (``busy``); an in-doubt call that cannot be
+   re-run safely (not idempotent, or it needs approval, or it is deny-listed unattended) parks
+   the turn for review; otherwise the incremented attempt count is COMMITTED before the model
+   is called, then the host continues the turn, unattended.
 
 Every decision is an event. A resume that fails below the cap keeps the marker for the next start;
 at the cap the turn is abandoned.
@@ -25,10 +27,9 @@ from typing import Any, Protocol
 import attrs
 
 from . import _events as ev
-from ._errors import FsDurableError, LockTimeout, SessionNotFound, UnreadableState
+from ._errors import FsDurableError, HostError, LockTimeout, SessionNotFound, UnreadableState
 from ._gates import VERDICTS, RecoveryPolicy, judged, verdict
-from ._loop import in_doubt, unanswered_calls
-from ._model import Marker, Message, Session
+from ._model import Marker, Message, Session, in_doubt, unanswered_calls
 from ._store import Store
 
 SKIPPED = ev.SKIPPED  # disabled / foreign / route busy / error: listed, kept, not run
@@ -41,6 +42,9 @@ class Host(Protocol):
     has committed the attempt — and must run it UNATTENDED (deny-list on, approvals denied).
     ``tool_effect(name)`` is the declared effect (``none``/``idempotent``/``external``; None if
     unknown, treated as external) so an in-doubt call is re-run only when a repeat is a no-op.
+    Optional: ``rerun_safe(name) -> bool`` (else: ``idempotent`` and not deny-listed) — a call
+    that needed approval may have run and cannot be approved unattended, so it is parked;
+    ``aresume_claimed(session)`` (or an ``async def resume_claimed``) for ``arecover``.
     """
 
     def tool_effect(self, name: str) -> str | None: ...
@@ -105,6 +109,26 @@ def assess(store: Store, policy: RecoveryPolicy | None = None, *,
     return out
 
 
+def _listed(store: Store, m: Marker, pol: RecoveryPolicy) -> tuple[Outcome, Outcome | None]:
+    """The marker's verdict as listed, and its outcome if it is not to be claimed here."""
+    now = store.clock()
+    v = verdict(m, node_id=store.node_id, now=now, policy=pol)
+    base = Outcome(m.session_id, m.turn_id, m.node_id, v, now - m.checkpoint_at,
+                   m.resume_attempts, "")
+    if v not in ("disabled", "foreign"):
+        return base, None
+    store.emit(SKIPPED, session_id=m.session_id, turn_id=m.turn_id, reason=v,
+               marker_node=m.node_id)
+    return base, attrs.evolve(base, outcome="kept" if v == "disabled" else "listed", reason=v)
+
+
+def _errored(store: Store, base: Outcome, e: BaseException) -> Outcome:
+    err = f"{type(e).__name__}: {e}"
+    store.emit(SKIPPED, session_id=base.session_id, turn_id=base.turn_id, reason="error",
+               error=err)
+    return attrs.evolve(base, outcome="error", reason="error", error=err)
+
+
 def recover(store: Store, loop: Host, policy: RecoveryPolicy | None = None, *,
             dry_run: bool = False, resume: bool = True,
             select: Callable[[Marker], bool] | None = None) -> RecoveryReport:
@@ -113,8 +137,10 @@ def recover(store: Store, loop: Host, policy: RecoveryPolicy | None = None, *,
     ``select(marker)`` limits recovery to some markers (e.g. one host's routes).
     ``resume=False`` applies every gate (stale/exhausted abandoned, orphans repaired) but leaves
     the turns that would resume untouched (outcome ``left``) — for a process without the host's
-    loop, like the CLI. Never raises because of one turn: each outcome is in the report and the
-    event log.
+    loop, like the CLI. A turn whose route lock is held (a live turn, or another process
+    resuming it right now) is ``busy``: tried once, never waited for, so however many processes
+    recover at one start, each turn is claimed — and spends an attempt — at most once.
+    Never raises because of one turn: each outcome is in the report and the event log.
     """
     pol = _policy(store, policy)
     if dry_run:
@@ -123,50 +149,141 @@ def recover(store: Store, loop: Host, policy: RecoveryPolicy | None = None, *,
     for m in store.interrupted():
         if select is not None and not select(m):
             continue
-        now = store.clock()
-        v = verdict(m, node_id=store.node_id, now=now, policy=pol)
-        base = Outcome(m.session_id, m.turn_id, m.node_id, v, now - m.checkpoint_at,
-                       m.resume_attempts, "")
-        if v in ("disabled", "foreign"):
-            store.emit(SKIPPED, session_id=m.session_id, turn_id=m.turn_id, reason=v,
-                       marker_node=m.node_id)
-            out.append(attrs.evolve(base, outcome="kept" if v == "disabled" else "listed",
-                                    reason=v))
+        base, done = _listed(store, m, pol)
+        if done is None:
+            try:
+                done = resume_one(store, loop, m, policy=pol, resume=resume, wait=False)
+            except (FsDurableError, OSError) as e:  # e.g. the disk refuses the claim commit
+                done = _errored(store, base, e)
+        out.append(done)
+    return RecoveryReport(tuple(out))
+
+
+async def arecover(store: Store, host: Host, policy: RecoveryPolicy | None = None, *,
+                   resume: bool = True,
+                   select: Callable[[Marker], bool] | None = None) -> RecoveryReport:
+    """``recover`` for asyncio: the same gates, in the same order, with the listing, the claims
+    and the commits off the event loop. The host's ``aresume_claimed`` (``AgentLoop`` has one)
+    or an ``async def resume_claimed`` is awaited on the caller's loop; a sync
+    ``resume_claimed`` runs in a worker thread."""
+    from ._aio import run_sync
+
+    pol = _policy(store, policy)
+    out = []
+    for m in await run_sync(store.interrupted):
+        if select is not None and not select(m):
             continue
-        try:
-            out.append(resume_one(store, loop, m, policy=pol, resume=resume))
-        except (FsDurableError, OSError) as e:  # e.g. the disk refuses the claim commit
-            err = f"{type(e).__name__}: {e}"
-            store.emit(SKIPPED, session_id=m.session_id, turn_id=m.turn_id, reason="error",
-                       error=err)
-            out.append(attrs.evolve(base, outcome="error", reason="error", error=err))
+        base, done = await run_sync(_listed, store, m, pol)
+        if done is None:
+            try:
+                done = await aresume_one(store, host, m, policy=pol, resume=resume, wait=False)
+            except (FsDurableError, OSError) as e:
+                done = await run_sync(_errored, store, base, e)
+        out.append(done)
     return RecoveryReport(tuple(out))
 
 
 def resume_one(store: Store, loop: Host, marker: Marker, *, adopt: bool = False,
-               policy: RecoveryPolicy | None = None, resume: bool = True) -> Outcome:
+               policy: RecoveryPolicy | None = None, resume: bool = True,
+               wait: bool = True) -> Outcome:
     """Claim one marker under its ORIGINAL route lock and resume, abandon or park it.
 
     ``adopt=True`` (an explicit operator action, e.g. ``fsdurable adopt``) skips the ``enabled``
     and foreign-node gates; staleness and the attempt cap still apply. The route lock is waited
-    for (a live turn on the route finishes first); past ``lock_timeout`` the marker is kept.
+    for up to ``lock_timeout`` (``wait=False``: tried once) — a live turn on the route finishes
+    first; a route still held leaves the marker for later (``busy``). ``marker`` is the one the
+    caller listed: if its attempt count moved since, another process claimed the turn
+    meanwhile and it is ``busy`` here, not claimed twice.
     """
     pol = _policy(store, policy)
+    base = _base(store, marker, pol, adopt)
+    try:
+        with store.lock(marker.route_key, timeout=pol.lock_timeout if wait else 0):
+            claim = _claim(store, loop, marker, pol, adopt, base, resume)
+            if isinstance(claim, Outcome):
+                return claim
+            try:
+                result: Any = loop.resume_claimed(claim.session)
+            except Exception as e:  # one bad turn never stops recovery of the others
+                return _resumed(store, pol, claim, None, e)
+            return _resumed(store, pol, claim, result, None)
+    except LockTimeout:
+        return _busy(store, marker, base)
+
+
+async def aresume_one(store: Store, host: Host, marker: Marker, *, adopt: bool = False,
+                      policy: RecoveryPolicy | None = None, resume: bool = True,
+                      wait: bool = True) -> Outcome:
+    """``resume_one`` for asyncio (the lock wait is cancellable, the disk work off the loop)."""
+    from ._aio import run_sync
+    from ._async import AsyncStore
+
+    pol = _policy(store, policy)
+    base = await run_sync(_base, store, marker, pol, adopt)
+    try:
+        async with AsyncStore(store).lock(marker.route_key,
+                                          timeout=pol.lock_timeout if wait else 0):
+            claim = await run_sync(_claim, store, host, marker, pol, adopt, base, resume)
+            if isinstance(claim, Outcome):
+                return claim
+            try:
+                result = await _aresume(host, claim.session)
+            except Exception as e:
+                return await run_sync(_resumed, store, pol, claim, None, e)
+            return await run_sync(_resumed, store, pol, claim, result, None)
+    except LockTimeout:
+        return await run_sync(_busy, store, marker, base)
+
+
+async def _aresume(host: Host, s: Session) -> Any:
+    import inspect
+
+    from ._aio import run_sync
+
+    fn = getattr(host, "aresume_claimed", None)
+    if fn is not None:
+        return await fn(s)
+    if inspect.iscoroutinefunction(host.resume_claimed):
+        return await host.resume_claimed(s)
+    out = await run_sync(host.resume_claimed, s)
+    return await out if inspect.isawaitable(out) else out
+
+
+def _base(store: Store, marker: Marker, pol: RecoveryPolicy, adopt: bool) -> Outcome:
     now = store.clock()
-    base = Outcome(marker.session_id, marker.turn_id, marker.node_id,
+    return Outcome(marker.session_id, marker.turn_id, marker.node_id,
                    verdict(marker, node_id=store.node_id, now=now, policy=pol, adopt=adopt),
                    now - marker.checkpoint_at, marker.resume_attempts, "")
-    try:
-        with store.lock(marker.route_key, timeout=pol.lock_timeout):
-            return _claimed(store, loop, marker, pol, adopt, base, resume)
-    except LockTimeout:
-        store.emit(SKIPPED, session_id=marker.session_id, turn_id=marker.turn_id,
-                   reason="route_busy", route_key=marker.route_key)
-        return attrs.evolve(base, outcome="busy", reason="route_busy")
 
 
-def _claimed(store: Store, loop: Host, marker: Marker, pol: RecoveryPolicy, adopt: bool,
-             base: Outcome, resume: bool) -> Outcome:
+def _busy(store: Store, marker: Marker, base: Outcome) -> Outcome:
+    store.emit(SKIPPED, session_id=marker.session_id, turn_id=marker.turn_id,
+               reason="route_busy", route_key=marker.route_key)
+    return attrs.evolve(base, outcome="busy", reason="route_busy")
+
+
+@attrs.frozen
+class _Claim:
+    """A turn claimed for a resume: its attempt is committed, the route lock is held."""
+
+    session: Session
+    attempt: int
+    base: Outcome
+
+
+def _rerun_safe(host: Host, store: Store, name: str) -> bool:
+    """May an in-doubt call of ``name`` be re-run on an unattended resume? The host says so
+    (``rerun_safe``), else: only an ``idempotent`` tool that the deny-list does not refuse."""
+    says = getattr(host, "rerun_safe", None)
+    if says is not None:
+        return bool(says(name))
+    return host.tool_effect(name) == "idempotent" and name not in store.config.unattended_deny
+
+
+def _claim(store: Store, loop: Host, marker: Marker, pol: RecoveryPolicy, adopt: bool,
+           base: Outcome, resume: bool) -> Outcome | _Claim:
+    """Under the route lock: re-read, re-gate, and either decide (an Outcome) or commit the
+    attempt (a _Claim, to resume)."""
     sid, tid = marker.session_id, marker.turn_id
     fresh = store.read_marker(sid)
     if fresh is not None and fresh.turn_id == tid and fresh.route_key != marker.route_key:
@@ -195,8 +312,15 @@ def _claimed(store: Store, loop: Host, marker: Marker, pol: RecoveryPolicy, adop
         store.emit(ev.ABANDONED, session_id=sid, turn_id=tid, reason="superseded",
                    detail_reason="session_on_other_turn", current_turn=s.turn.id)
         return attrs.evolve(base, outcome="superseded", reason="superseded")
-    # re-gate on what is on disk now (a concurrent recovery may have counted an attempt; the
-    # session's checkpoint time is exact, the marker's may lag by Config.marker_refresh)
+    if (fresh.resume_attempts != marker.resume_attempts
+            or s.turn.resume_attempts > marker.resume_attempts):
+        # another process claimed it since we listed it (its resume failed or is over): one
+        # start spends at most one attempt per turn, however many processes recover
+        store.emit(SKIPPED, session_id=sid, turn_id=tid, reason="claimed_elsewhere",
+                   listed_attempts=marker.resume_attempts, attempts=s.turn.resume_attempts)
+        return attrs.evolve(base, outcome="busy", reason="claimed_elsewhere")
+    # re-gate on what is on disk now (the session's checkpoint time is exact, the marker's may
+    # lag by Config.marker_refresh)
     now = store.clock()
     j = judged(fresh, s.turn.checkpoint_at, s.turn.resume_attempts, now=now, policy=pol)
     exact = j.marker
@@ -220,7 +344,7 @@ def _claimed(store: Store, loop: Host, marker: Marker, pol: RecoveryPolicy, adop
         return attrs.evolve(base, outcome="abandoned", reason="exhausted")
     if not resume:
         return attrs.evolve(base, outcome="left", reason="no_loop")
-    doubtful = [e for e in in_doubt(s) if loop.tool_effect(e.name) != "idempotent"]
+    doubtful = [e for e in in_doubt(s) if not _rerun_safe(loop, store, e.name)]
     if doubtful:
         return _park(store, s, doubtful, base)
     attempt = s.turn.resume_attempts + 1
@@ -230,13 +354,20 @@ def _claimed(store: Store, loop: Host, marker: Marker, pol: RecoveryPolicy, adop
                      s.version, owner=store.node_id)
     store.emit(ev.RESUMING, session_id=sid, turn_id=tid, attempt=attempt, cap=pol.max_attempts,
                adopted=adopt, rerun_in_doubt=[e.tool_call_id for e in in_doubt(s)])
-    base = attrs.evolve(base, attempts=attempt)
-    try:
-        result = loop.resume_claimed(s)
-    except Exception as e:  # one bad turn never stops recovery of the others
-        err = f"{type(e).__name__}: {e}"
+    return _Claim(s, attempt, attrs.evolve(base, attempts=attempt))
+
+
+def _resumed(store: Store, pol: RecoveryPolicy, claim: _Claim, result: Any,
+             error: Exception | None) -> Outcome:
+    """The events and the outcome of a claimed turn's resume."""
+    attempt, base = claim.attempt, claim.base
+    sid, tid = base.session_id, base.turn_id
+    if error is not None:
+        err = f"{type(error).__name__}: {error}"
         store.emit(ev.RESUME_FAILED, session_id=sid, turn_id=tid, attempt=attempt,
                    cap=pol.max_attempts, error=err)
+        if isinstance(error, HostError):  # the loop ended the turn (turn_failed): no retry
+            return attrs.evolve(base, outcome="failed", reason=error.reason, error=err)
         if attempt >= pol.max_attempts:
             store.abandon_turn(sid, tid, reason="exhausted", attempts=attempt,
                                cap=pol.max_attempts)
@@ -275,5 +406,5 @@ def _park(store: Store, s: Session, doubtful: list[Any], base: Outcome) -> Outco
     return attrs.evolve(base, outcome="review_required", reason="in_doubt")
 
 
-__all__ = ["VERDICTS", "Host", "Outcome", "RecoveryPolicy", "RecoveryReport", "assess",
-           "recover", "resume_one", "verdict"]
+__all__ = ["VERDICTS", "Host", "Outcome", "RecoveryPolicy", "RecoveryReport", "arecover",
+           "aresume_one", "assess", "recover", "resume_one", "verdict"]

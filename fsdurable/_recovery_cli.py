@@ -20,7 +20,7 @@ def _rows(outcomes: list[Any]) -> list[list[str]]:
              o.outcome + (f" ({o.reason})" if o.reason else "")] for o in outcomes]
 
 
-@command("interrupted", "list the interrupted turns (markers) with their verdict and age")
+@command("interrupted")
 def _interrupted(args: argparse.Namespace) -> Result:
     from ._gates import RecoveryPolicy, verdict
 
@@ -55,8 +55,7 @@ def _recover_args(p: argparse.ArgumentParser) -> None:
                    help="apply the gates and print the verdicts; run and change nothing")
 
 
-@command("recover", "apply the recovery gates to every interrupted turn (--dry-run: only show)",
-         _recover_args)
+@command("recover", args=_recover_args)
 def _recover(args: argparse.Namespace) -> Result:
     from ._recovery import recover
 
@@ -64,5 +63,13 @@ def _recover(args: argparse.Namespace) -> Result:
     outcomes = list(recover(st, _NoLoop(), dry_run=args.dry_run, resume=False).outcomes)
     header = ["session", "verdict", "age", "attempts", "node", "outcome"]
     text = table(_rows(outcomes), header) if outcomes else "(no interrupted turns)"
-    return 0, {"dry_run": bool(args.dry_run), "outcomes": [o.to_dict() for o in outcomes]}, text
+    return 0, {"dry_run": bool(args.dry_run), "outcomes": [_outcome(o) for o in outcomes]}, text
+
+
+def _outcome(o: Any) -> dict[str, Any]:
+    """One vocabulary with ``interrupted``: ``age_seconds`` and ``resume_attempts``."""
+    d: dict[str, Any] = o.to_dict()
+    d["age_seconds"] = d.pop("age")
+    d["resume_attempts"] = d.pop("attempts")
+    return d
 

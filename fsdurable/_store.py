@@ -49,6 +49,9 @@ def _evolve(inst: _T, **changes: Any) -> _T:
     return new
 
 
+if TYPE_CHECKING:
+    from ._watch import Change, StopEvent
+
 StatKey = tuple[int, int, int, int, int]
 # A file's stat is trusted as "unchanged since we read or wrote it" only once its mtime is older
 # than this: within one timestamp granule (1-2 s on coarse filesystems: ext4 with small inodes,
@@ -168,12 +171,15 @@ class Store:
         """Every node's events (optionally one session's), oldest first."""
         return self.log.read(session_id)
 
-    def watch(self, **kw: Any) -> Iterator[Any]:
+    def watch(self, *, poll: bool = False, initial: bool = False,
+              stop_event: StopEvent | None = None, debounce: float | None = None,
+              poll_interval: float | None = None) -> Iterator[Change]:
         """Live changes of markers, sessions and conflict copies, judged by version (a generator
-        of ``Change``; see ``fsdurable._watch.watch`` for ``poll``, ``initial``, ``stop_event``)."""
+        of ``Change``; see ``fsdurable.watch`` for ``poll``, ``initial``, ``stop_event``)."""
         from ._watch import watch
 
-        return watch(self, **kw)
+        return watch(self, poll=poll, initial=initial, stop_event=stop_event,
+                     debounce=debounce, poll_interval=poll_interval)
 
     def subscribe(self, fn: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``fn(event)`` for each event this process emits; returns an unsubscribe function."""
@@ -553,8 +559,11 @@ class Store:
     # ------------------------------------------------------------------ turn API
 
     def begin_turn(self, session_id: str, content: str | None = None, *, role: str = "user",
-                   turn_id: str | None = None) -> Session:
-        """Start a turn: commit in progress (marker first) BEFORE any model call."""
+                   turn_id: str | None = None, route_key: str | None = None) -> Session:
+        """Start a turn: commit in progress (marker first) BEFORE any model call.
+
+        ``route_key``: the route lock the caller holds — the turn's route until it ends, even if
+        the session's ``route_key`` changed since the caller looked (default: the session's)."""
         from ._model import Message, Turn
 
         tid = turn_id or new_id()
@@ -567,7 +576,7 @@ class Store:
             msgs = s.messages + ((Message(role, content),) if content is not None else ())
             return _evolve(s, in_progress=True, messages=msgs,
                            turn=Turn(id=tid, started_at=now, checkpoint_at=now,
-                                     route_key=s.route_key))
+                                     route_key=s.route_key if route_key is None else route_key))
 
         s = self.patch(session_id, start)
         self.emit(ev.TURN_STARTED, session_id=s.id, turn_id=tid)
@@ -597,18 +606,33 @@ class Store:
         return s
 
     def cancel(self, session_id: str) -> Session:
-        """Cancel the turn in progress: it never comes back. No-op if none is in progress."""
+        """Cancel the turn in progress: it never comes back. No-op if none is in progress.
+        An effectful call that may have run (its ledger entry still at ``intent``) stays on
+        record and goes to the review queue (``fsdurable review``), never dropped silently."""
         cancelled: list[str] = []
+        doubt: list[dict[str, Any]] = []
 
         def stop(s: Session) -> Session:
             if not s.in_progress or s.turn is None:
                 return s
-            cancelled.append(s.turn.id)
-            return _evolve(s, in_progress=False, turn=None)
+            cancelled[:] = [s.turn.id]
+            meta = s.metadata
+            intents = [e for e in s.turn.ledger if e.status == "intent"]
+            if intents:
+                from ._review import REVIEW, review_record
+
+                rr = review_record(s.turn.id, intents, at=self.clock(), reason="cancelled",
+                                   previous=meta.get(REVIEW))
+                doubt[:] = rr["calls"][-len(intents):]
+                meta = {**meta, REVIEW: rr}
+            return _evolve(s, in_progress=False, turn=None, metadata=meta)
 
         s = self.patch(session_id, stop)
         if cancelled:
             self.emit(ev.TURN_CANCELLED, session_id=s.id, turn_id=cancelled[0])
+        if doubt:
+            self.emit(ev.REVIEW_REQUIRED, session_id=s.id, turn_id=cancelled[0],
+                      reason="cancelled", calls=doubt)
         return s
 
     def abandon_turn(self, session_id: str, turn_id: str, *, reason: str,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -27,6 +27,9 @@ from ._errors import InvalidState, SessionNotFound, TurnStateError, UnreadableSt
 from ._layout import NameKind, classify, validate_session_id
 from ._model import Marker, Session
 from ._store import Store
+
+if TYPE_CHECKING:
+    from ._recovery import Host, Outcome, RecoveryPolicy
 
 KEEP_NEWEST = "newest"
 KEEP_LOCAL = "local"
@@ -365,7 +368,8 @@ class _LeaveForHost:
                              reason="no_loop")
 
 
-def adopt(store: Store, session_id: str, loop: Any = None, *, policy: Any = None) -> Any:
+def adopt(store: Store, session_id: str, loop: Host | None = None, *,
+          policy: RecoveryPolicy | None = None) -> Outcome:
     """Take another node's interrupted turn over (``take_over``, an ``interrupted_turn_adopted``
     event) and resume it through recovery's ``resume_one`` — under its original route lock, with
     the attempt committed before the model call, and UNATTENDED like every recovered turn (the

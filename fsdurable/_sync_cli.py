@@ -13,12 +13,11 @@ import threading
 import time
 from typing import Any
 
-from ._errors import InvalidState
-from .cli import Result, command, open_store, table
+from .cli import Result, command, non_negative, open_store, table, usage
 
 
 def _sid_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("session_id")
+    p.add_argument("session_id", help="the session's id")
 
 
 def _adopt_args(p: argparse.ArgumentParser) -> None:
@@ -31,16 +30,23 @@ def _adopt_args(p: argparse.ArgumentParser) -> None:
 def _host(spec: str, store: Any) -> Any:
     mod, _, attr = spec.partition(":")
     if not mod or not attr:
-        raise InvalidState(f"--host wants MODULE:FACTORY, got {spec!r}", reason="bad_host")
-    return getattr(importlib.import_module(mod), attr)(store)
+        usage(f"--host wants MODULE:FACTORY (e.g. myagent.host:build), got {spec!r}")
+    try:
+        factory = getattr(importlib.import_module(mod), attr)
+    except ImportError as e:
+        usage(f"--host: cannot import {mod!r} ({e}); the `fsdurable` script does not put the "
+              "working directory on sys.path: set PYTHONPATH, or run `python -m fsdurable` "
+              "from the directory that holds it")
+    except AttributeError:
+        usage(f"--host: module {mod!r} has no {attr!r} (MODULE:FACTORY, FACTORY(store) -> loop)")
+    return factory(store)
 
 
-@command("adopt", "take another node's interrupted turn over (an event) and resume it unattended",
-         _adopt_args)
+@command("adopt", args=_adopt_args)
 def _adopt(args: argparse.Namespace) -> Result:
     from ._sync import adopt
 
-    st = open_store(args, create=False)
+    st = open_store(args)
     before = st.read_marker(args.session_id)
     loop = _host(args.host, st) if args.host else None
     out = adopt(st, args.session_id, loop)
@@ -60,12 +66,11 @@ def _resolve_args(p: argparse.ArgumentParser) -> None:
                         "file, or the file at PATH; every other goes to quarantine/")
 
 
-@command("resolve", "resolve a session's sync-tool conflict copies (losers to quarantine/)",
-         _resolve_args)
+@command("resolve", args=_resolve_args)
 def _resolve(args: argparse.Namespace) -> Result:
     from ._sync import MARKER, SESSION, resolve, versions
 
-    st = open_store(args, create=False)
+    st = open_store(args)
     shown = versions(st, args.session_id, SESSION) + versions(st, args.session_id, MARKER)
     r = resolve(st, args.session_id, keep=args.keep)
     if not r.changed:
@@ -84,17 +89,17 @@ def _resolve(args: argparse.Namespace) -> Result:
     return 0, {**r.to_dict(), "versions": [v.to_dict() for v in shown]}, text
 
 
-@command("conflicts", "list every sync-tool conflict copy with its version and the local one")
+@command("conflicts")
 def _conflicts(args: argparse.Namespace) -> Result:
     from ._sync import SESSION, conflict_copies, versions
 
-    st = open_store(args, create=False)
+    st = open_store(args)
     found = conflict_copies(st)
-    data: dict[str, Any] = {}
+    data: list[dict[str, Any]] = []
     rows = []
     for sid, copies in sorted(found.items()):
         local = [v for v in versions(st, sid, SESSION) if v.local]
-        data[sid] = [v.to_dict() for v in local + copies]
+        data.append({"session_id": sid, "versions": [v.to_dict() for v in local + copies]})
         for v in local + copies:
             rows.append([sid, "local" if v.local else (v.tool or "?"), v.kind,
                          v.describe(), v.path])
@@ -108,14 +113,15 @@ def _watch_args(p: argparse.ArgumentParser) -> None:
                    help="poll instead of inotify/FSEvents (network filesystems)")
     p.add_argument("--initial", action="store_true",
                    help="first report what is already there (as 'added')")
-    p.add_argument("--count", type=int, default=0, help="stop after N changes")
-    p.add_argument("--timeout", type=float, default=0.0, help="stop after N seconds")
+    p.add_argument("--count", type=non_negative, default=0, metavar="N",
+                   help="stop after N changes (0: never)")
+    p.add_argument("--timeout", type=float, default=0.0, metavar="SECONDS",
+                   help="stop after SECONDS (0: never)")
 
 
-@command("watch", "report markers, sessions and conflict copies as they change (by version)",
-         _watch_args)
+@command("watch", args=_watch_args)
 def _watch(args: argparse.Namespace) -> Result:
-    st = open_store(args, create=False)
+    st = open_store(args)
     stop = threading.Event()
     timer = threading.Timer(args.timeout, stop.set) if args.timeout > 0 else None
     if timer is not None:
@@ -142,11 +148,10 @@ def _watch(args: argparse.Namespace) -> Result:
 def _ignore_args(p: argparse.ArgumentParser) -> None:
     from ._sync import IGNORE_FILES
 
-    p.add_argument("name", choices=IGNORE_FILES)
+    p.add_argument("name", choices=IGNORE_FILES, help="which tool's file")
 
 
-@command("ignore-file", "print a shipped ignore file (stignore, rsync-filter, unison.prf, "
-         "dropbox-nextcloud.txt) that keeps half-written files out of sync", _ignore_args)
+@command("ignore-file", args=_ignore_args)
 def _ignore_file(args: argparse.Namespace) -> Result:
     from ._sync import ignore_file
 
@@ -156,13 +161,13 @@ def _ignore_file(args: argparse.Namespace) -> Result:
     return 0, {"name": args.name, "path": path, "content": text}, text.rstrip("\n")
 
 
-@command("node", "print this machine's node id and where its machine-local state lives")
+@command("node")
 def _node(args: argparse.Namespace) -> Result:
     import os
 
     from ._layout import state_dir
 
-    st = open_store(args, create=False)
+    st = open_store(args)
     data = {"node_id": st.node_id, "from_env": bool(os.environ.get("FSDURABLE_NODE")),
             "state_dir": state_dir(st.root), "root": st.root,
             "foreign_turns": sorted({m.node_id for m in st.interrupted()} - {st.node_id})}

@@ -10,19 +10,19 @@ A ``Tool`` declares its *effect* — what a repeat of the call would do in the w
 
 and whether it ``needs_approval`` (a human must say yes; in an unattended run nobody can).
 
-A model is any callable ``model(transcript, tool_specs) -> Reply`` (or an awaitable of one).
+A model is any callable ``model(transcript, tool_specs) -> Reply`` (or an awaitable of one):
+``AgentLoop.arun`` awaits an async model on the caller's event loop.
 """
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 import attrs
 
-from ._errors import InvalidState
+from ._errors import HostError
 from ._model import EFFECTS, Message, ToolCall
 
 
@@ -59,7 +59,9 @@ ToolFn = Callable[..., Any]
 
 @attrs.frozen
 class Tool:
-    """A tool the model may call: ``fn(ctx, **arguments) -> result`` (the result is str()-ed)."""
+    """A tool the model may call: ``fn(ctx, **arguments) -> result`` (the result is str()-ed).
+    ``fn`` may be ``async def``: ``arun`` awaits it on the caller's loop (``run`` runs it on a
+    fresh loop); a sync ``fn`` under ``arun`` runs in a worker thread."""
 
     name: str
     fn: ToolFn = attrs.field(repr=False)
@@ -107,21 +109,47 @@ class Model(Protocol):
                  tool_specs: Sequence[Mapping[str, Any]], /) -> ModelResult: ...
 
 
-def call_model(model: Model, transcript: Sequence[Message],
-               specs: Sequence[Mapping[str, Any]]) -> Reply:
-    """Call a sync or async model and return its Reply (an async one runs to completion)."""
-    out: Any = model(transcript, specs)
-    if inspect.isawaitable(out):
+def is_async(fn: Callable[..., Any]) -> bool:
+    """Is ``fn`` an ``async def`` function (or an object whose ``__call__`` is one)?"""
+    call = type(fn).__call__ if not inspect.isroutine(fn) else None
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(call)
+
+
+def settle(out: Any, what: str) -> Any:
+    """The value of a sync call's result: an awaitable is run to completion on a fresh event
+    loop. Inside a running event loop that is impossible (``asyncio.run`` refuses, and blocking
+    the loop until the awaitable finishes would deadlock): ``HostError`` — ``arun`` is the way."""
+    if not inspect.isawaitable(out):
+        return out
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
         aw = out
 
         async def wait() -> Any:
             return await aw
 
-        out = asyncio.run(wait())
+        return asyncio.run(wait())
+    if inspect.iscoroutine(out):
+        out.close()  # never awaited: no "coroutine was never awaited" warning
+    raise HostError(f"{what} is async and the sync run() was called inside a running event "
+                    "loop: use `await loop.arun(...)`", reason="async_in_running_loop")
+
+
+def as_reply(out: Any) -> Reply:
+    """The model's answer, checked: anything but a ``Reply`` is the host's programming error."""
     if not isinstance(out, Reply):
-        raise InvalidState(f"the model returned {type(out).__name__}, not a Reply",
-                           reason="bad_model_reply")
+        raise HostError(f"the model returned {type(out).__name__}, not a Reply",
+                        reason="bad_model_reply")
     return out
+
+
+def call_model(model: Model, transcript: Sequence[Message],
+               specs: Sequence[Mapping[str, Any]]) -> Reply:
+    """Call a sync or async model from sync code and return its Reply."""
+    return as_reply(settle(model(transcript, specs), "the model"))
 
 
 Step = Reply | Callable[[Sequence[Message]], Reply]
@@ -167,4 +195,5 @@ def call(name: str, call_id: str, /, **arguments: Any) -> ToolCall:
     return ToolCall(id=call_id, name=name, arguments=dict(arguments))
 
 
-__all__ = ["Model", "Reply", "ScriptedModel", "Tool", "ToolContext", "call", "call_model", "tool"]
+__all__ = ["Model", "Reply", "ScriptedModel", "Tool", "ToolContext", "as_reply", "call",
+           "call_model", "is_async", "settle", "tool"]

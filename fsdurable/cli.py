@@ -1,43 +1,109 @@
-"""The ``fsdurable`` command line. In-process: ``main(argv=None) -> exit code``.
+"""The ``fsdurable`` command line: the dispatcher. In-process: ``main(argv=None) -> exit code``.
 
-Exit codes: 0 ok, 1 problems found (or an operation refused), 2 usage error.
-Every command takes ``--json`` and then prints exactly one JSON document on stdout.
-Store root: ``--root``, else ``FSDURABLE_ROOT``, else the user data dir.
+Exit codes: 0 ok, 1 problems found (or an operation refused), 2 usage (a bad argument, a path
+without a store), 3 an internal error (a bug: ``--debug`` shows the traceback).
+Every command takes ``--json`` and then prints exactly one JSON document on stdout (``watch``:
+JSON Lines, one object per change). Store root: ``--root``, else ``FSDURABLE_ROOT``, else the
+user data dir. Every command but ``init`` refuses a path that holds no store.
+
+Start-up is a script's: the command table below names each command's module and help, and only
+the chosen command's module is imported (``fsdurable interrupted --json`` loads no sync, loop,
+asyncio or attrs); ``fsdurable --help`` lists the commands from the table alone.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
-from ._errors import FsDurableError, InvalidSessionId
+OK, PROBLEMS, USAGE, INTERNAL = 0, 1, 2, 3
 
 # A handler gets the parsed args and returns (exit code, data for --json, text for humans).
 Result = tuple[int, Any, str]
 Handler = Callable[[argparse.Namespace], Result]
-_COMMANDS: dict[str, tuple[Handler, str, Callable[[argparse.ArgumentParser], None]]] = {}
+ArgsFn = Callable[[argparse.ArgumentParser], None]
+
+# name -> (module that registers it with @command, one-line help). Lazy: nothing else is imported.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("._store_cli", "create a store here (the only command that creates one)"),
+    "sessions": ("._store_cli", "list the session ids"),
+    "show": ("._store_cli", "print one session: its turn, parked calls and last messages"),
+    "interrupted": ("._recovery_cli", "list the interrupted turns with their verdict and age"),
+    "recover": ("._recovery_cli",
+                "apply the recovery gates to every interrupted turn (--dry-run: only show)"),
+    "review": ("._review_cli",
+               "list turns parked for a human (in-doubt calls); record whether a call ran"),
+    "events": ("._store_cli", "print the event log (every node's), oldest first"),
+    "cancel": ("._store_cli",
+               "cancel a session's turn in progress (in-doubt calls go to review)"),
+    "doctor": ("._store_cli", "scan the whole store and report every problem"),
+    "schema": ("._store_cli", "print a shipped JSON Schema (session, marker, event, manifest)"),
+    "demo": (".demo", "crash a scripted agent mid-turn and recover it, in a store of its own"),
+    "adopt": ("._sync_cli",
+              "take another node's interrupted turn over (an event) and resume it unattended"),
+    "resolve": ("._sync_cli", "resolve a session's sync-tool conflict copies (losers to "
+                              "quarantine/)"),
+    "conflicts": ("._sync_cli", "list every sync-tool conflict copy with its version"),
+    "watch": ("._sync_cli", "report markers, sessions and conflict copies as they change "
+                            "(--json: JSON Lines)"),
+    "ignore-file": ("._sync_cli", "print a shipped ignore file that keeps half-written files "
+                                  "out of sync"),
+    "node": ("._sync_cli", "print this machine's node id and where its machine-local state is"),
+}
+_HANDLERS: dict[str, tuple[Handler, str, ArgsFn]] = {}
 
 
-def command(name: str, help: str, args: Callable[[argparse.ArgumentParser], None] | None = None
+class UsageError(Exception):
+    """A bad argument or path: one line on stderr (with the next step), exit 2."""
+
+
+def command(name: str, help: str | None = None, args: ArgsFn | None = None
             ) -> Callable[[Handler], Handler]:
-    """Register a subcommand (modules add theirs with this decorator)."""
+    """Register a subcommand's handler (its module is named in ``COMMANDS``; a command missing
+    there is still found, by importing every command module: slower, never wrong)."""
 
     def register(fn: Handler) -> Handler:
-        _COMMANDS[name] = (fn, help, args or (lambda p: None))
+        text = help or COMMANDS.get(name, ("", ""))[1]
+        _HANDLERS[name] = (fn, text, args or (lambda p: None))
         return fn
 
     return register
 
 
-def open_store(args: argparse.Namespace, *, create: bool = True) -> Any:
-    from ._store import Store
+def open_store(args: argparse.Namespace, *, create: bool = False) -> Any:
+    """The store at ``--root``; only ``init`` creates one (every other command reads, and a
+    typo must not make a store in a home directory)."""
+    from ._store import Store, default_root
 
-    return Store(args.root, create=create)
+    root = args.root if args.root is not None else default_root()
+    real = os.path.realpath(root)
+    if os.path.exists(real) and not os.path.isdir(real):
+        raise UsageError(f"--root {root} is a file, not a store directory "
+                         "(give the store's directory)")
+    if os.path.isdir(real) and not os.access(real, os.R_OK | os.X_OK):
+        raise UsageError(f"cannot read {root}: permission denied (run as the store's owner, or "
+                         "fix its permissions)")
+    try:
+        return Store(root, create=create)
+    except Exception as e:
+        if getattr(e, "reason", None) == "no_store":
+            raise UsageError(f"no fsdurable store at {real} (create one with `fsdurable init "
+                             f"--root {root}`, or pass --root)") from e
+        raise
+
+
+def non_negative(text: str) -> int:
+    """argparse type: an integer >= 0 (``events --limit -3`` is a usage error)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {n}")
+    return n
 
 
 def _age(seconds: float) -> str:
@@ -57,163 +123,131 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------------- commands
+# ---------------------------------------------------------------------- parsing
 
 
-@command("init", "create the store (or open an existing one) and print where it is")
-def _init(args: argparse.Namespace) -> Result:
-    st = open_store(args)
-    data = {"root": st.root, "store_id": st.manifest.store_id, "format": st.manifest.format}
-    return 0, data, f"store {st.manifest.store_id} at {st.root}"
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    common.add_argument("--root", default=argparse.SUPPRESS, metavar="DIR",
+                        help="store directory (default: $FSDURABLE_ROOT, else the user data dir)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                        help="print one JSON document on stdout (watch: JSON Lines)")
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="on an error, also print the traceback")
+    return common
 
 
-@command("sessions", "list session ids (one listing; foreign files skipped)")
-def _sessions(args: argparse.Namespace) -> Result:
-    ids = open_store(args).sessions()
-    return 0, {"sessions": ids}, "\n".join(ids) if ids else "(no sessions)"
+def _version() -> str:
+    from . import __version__
+
+    return f"fsdurable {__version__}"
 
 
-def _show_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("session_id")
+def _parser(only: str | None) -> argparse.ArgumentParser:
+    """The parser; with ``only``, just that command's arguments are built (its module loaded)."""
+    common = _common()
+    p = argparse.ArgumentParser(prog="fsdurable", parents=[common], allow_abbrev=False,
+                                description="Crash-durable agent turns on plain files. Exit "
+                                "codes: 0 ok, 1 problems found, 2 usage, 3 internal error.")
+    p.add_argument("--version", action="version", version=_version(),
+                   help="print the version and exit")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND",
+                           help="one of the commands below (`fsdurable COMMAND --help`)")
+    names = dict.fromkeys([*COMMANDS, *_HANDLERS])
+    for name in names:
+        if only is not None and name != only:
+            sub.add_parser(name, help=_help(name), add_help=False)  # listed, never parsed
+            continue
+        handler = _HANDLERS.get(name)
+        sp = sub.add_parser(name, help=_help(name), parents=[common], description=_help(name),
+                            allow_abbrev=False)
+        if handler is not None:
+            handler[2](sp)
+    return p
 
 
-@command("show", "print one session", _show_args)
-def _show(args: argparse.Namespace) -> Result:
-    from ._codec import session_to_dict
-
-    s = open_store(args).load(args.session_id)
-    d = session_to_dict(s)
-    lines = [f"session {s.id}  version {s.version}  source {s.source}  route {s.route_key}",
-             f"in progress: {s.in_progress}" + (f" (turn {s.turn.id}, phase {s.turn.phase}, "
-                                                f"attempts {s.turn.resume_attempts})"
-                                                if s.turn else ""),
-             f"{len(s.messages)} messages"]
-    for m in s.messages[-20:]:
-        text = m.content if len(m.content) <= 100 else m.content[:97] + "..."
-        calls = "".join(f" [{c.name}]" for c in m.tool_calls)
-        lines.append(f"  {m.role:>9}: {text}{calls}")
-    return 0, d, "\n".join(lines)
+def _help(name: str) -> str:
+    return COMMANDS[name][1] if name in COMMANDS else _HANDLERS[name][1]
 
 
-@command("interrupted", "list the interrupted turns (markers) with their age")
-def _interrupted(args: argparse.Namespace) -> Result:
-    st = open_store(args)
-    now = time.time()
-    markers = st.interrupted()
-    data = [{"session_id": m.session_id, "turn_id": m.turn_id, "node_id": m.node_id,
-             "route_key": m.route_key, "source": m.source, "checkpoint_at": m.checkpoint_at,
-             "age_seconds": round(now - m.checkpoint_at, 3),
-             "resume_attempts": m.resume_attempts} for m in markers]
-    rows = [[d["session_id"], _age(d["age_seconds"]), str(d["resume_attempts"]), d["node_id"]]
-            for d in data]
-    text = table(rows, ["session", "age", "attempts", "node"]) if rows else "(none)"
-    return 0, {"interrupted": data}, text
+def _command_name(argv: Sequence[str]) -> str | None:
+    """The first positional argument (``--root DIR`` is the only option with a value before it)."""
+    it = iter(argv)
+    for a in it:
+        if a == "--root":
+            next(it, None)
+        elif not a.startswith("-"):
+            return a
+    return None
 
 
-def _events_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--session", dest="session_id", default=None, help="only this session")
-    p.add_argument("--limit", type=int, default=50, help="the last N events (0: all)")
+def _load(name: str | None) -> None:
+    """Import the module of command ``name`` (every command module when it is unknown)."""
+    import importlib
 
-
-@command("events", "print the event log (every node's), oldest first", _events_args)
-def _events(args: argparse.Namespace) -> Result:
-    evs = open_store(args).events(args.session_id)
-    if args.limit:
-        evs = evs[-args.limit:]
-    data = [e.to_dict() for e in evs]
-    rows = [[time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at)), e.code,
-             e.session_id or "", e.reason or ""] for e in evs]
-    text = table(rows, ["at", "event", "session", "reason"]) if rows else "(no events)"
-    return 0, {"events": data}, text
-
-
-@command("cancel", "cancel a session's turn in progress: it never resumes", _show_args)
-def _cancel(args: argparse.Namespace) -> Result:
-    st = open_store(args)
-    before = st.load(args.session_id)
-    after = st.cancel(args.session_id)
-    done = before.in_progress and not after.in_progress
-    text = (f"cancelled turn {before.turn.id} of {after.id}" if done and before.turn
-            else f"{after.id} has no turn in progress")
-    return 0, {"session_id": after.id, "cancelled": done, "version": after.version}, text
-
-
-def _doctor_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--repair", action="store_true", help="fix what can be fixed (each an event)")
-
-
-@command("doctor", "scan the whole store and report every problem", _doctor_args)
-def _doctor(args: argparse.Namespace) -> Result:
-    from ._doctor import doctor, problems
-
-    findings = doctor(open_store(args), repair=args.repair)
-    left = problems(findings)
-    rows = [[f.severity, f.code, f.session_id or "", "repaired" if f.repaired else
-             (f.repair or ""), f.detail] for f in findings]
-    text = table(rows, ["severity", "finding", "session", "repair", "detail"]) if rows else ""
-    text += f"\n{len(findings)} findings, {len(left)} problems left" if rows else "store is healthy"
-    return (1 if left else 0), {"findings": [f.to_dict() for f in findings],
-                                "problems": len(left)}, text
+    if name in _HANDLERS:
+        return
+    modules = [COMMANDS[name][0]] if name in COMMANDS else dict.fromkeys(
+        m for m, _ in COMMANDS.values())
+    for mod in modules:
+        try:
+            importlib.import_module(mod, __package__)
+        except ModuleNotFoundError as e:  # a command module this install does not ship
+            if e.name != f"{__package__}{mod}":
+                raise
 
 
 # ---------------------------------------------------------------------- main
 
 
-def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--root", default=argparse.SUPPRESS,
-                        help="store directory (default: $FSDURABLE_ROOT, else the user data dir)")
-    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
-                        help="print one JSON document")
-    p = argparse.ArgumentParser(prog="fsdurable", parents=[common],
-                                description="Crash-durable agent turns on plain files.")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (_, help_text, add_args) in _COMMANDS.items():
-        sp = sub.add_parser(name, help=help_text, parents=[common], description=help_text)
-        add_args(sp)
-    return p
-
-
-# Modules that add commands with @command, imported before parsing: recovery (`recover`, and the
-# verdicts of `interrupted`, by re-registering it), the demo (`demo`), sync (`adopt`, `resolve`,
-# `watch`). A module that is not there yet is skipped.
-PLUGINS = ("._recovery_cli", ".demo", "._sync_cli")
-
-
-def _load_plugins() -> None:
-    import importlib
-
-    for mod in PLUGINS:
-        try:
-            importlib.import_module(mod, __package__)
-        except ModuleNotFoundError as e:
-            if e.name != f"{__package__}{mod}":
-                raise
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; returns the exit code (0 ok, 1 problems, 2 usage)."""
-    _load_plugins()
-    p = _parser()
+    """Run one command; returns the exit code (0 ok, 1 problems, 2 usage, 3 internal error)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    name = _command_name(argv)
+    help_only = name is None or any(a in ("-h", "--help", "--version") for a in argv)
     try:
-        args = p.parse_args(argv)
-    except SystemExit as e:
-        return int(e.code) if isinstance(e.code, int) else 2
-    args.root = getattr(args, "root", None)
-    args.json = getattr(args, "json", False)
-    if not args.command:
-        p.print_help(sys.stderr)
-        return 2
-    handler = _COMMANDS[args.command][0]
+        if name is not None and (name in COMMANDS or not help_only):
+            _load(name)
+        p = _parser(name if name in _HANDLERS else None)
+        try:
+            args = p.parse_args(argv)
+        except SystemExit as e:
+            return int(e.code) if isinstance(e.code, int) else USAGE
+        args.root = getattr(args, "root", None)
+        args.json = getattr(args, "json", False)
+        args.debug = debug
+        if not args.command:
+            p.print_help(sys.stderr)
+            return USAGE
+        return _run(args)
+    except Exception as e:  # a bug: never a bare traceback with exit 1 ("problems found")
+        _fail(debug, f"internal error: {type(e).__name__}: {e} (--debug shows the traceback; "
+                     "please report it)", e)
+        return INTERNAL
+
+
+def _run(args: argparse.Namespace) -> int:
+    import json
+
+    from ._errors import FsDurableError, InvalidSessionId
+
+    handler = _HANDLERS[args.command][0]
     try:
         try:
             code, data, text = handler(args)
-        except InvalidSessionId as e:
-            _error(args, e)
-            return 2
+        except UsageError as e:
+            _fail(args.debug, str(e), e)
+            return USAGE
         except FsDurableError as e:
-            _error(args, e)
-            return 1
+            if args.json:
+                print(json.dumps(e.to_dict(), indent=2))
+            _fail(args.debug, str(e), e)
+            return USAGE if isinstance(e, InvalidSessionId) else PROBLEMS
+        except PermissionError as e:
+            _fail(args.debug, f"{e.strerror or e}: {e.filename} (run as the store's owner, or "
+                              "fix its permissions)", e)
+            return USAGE
         if args.json and data is not None:  # None: the command streamed its own (JSON Lines)
             print(json.dumps(data, indent=2, default=str, ensure_ascii=False))
         elif text:
@@ -222,14 +256,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `fsdurable events | head`: the reader left, which is no error
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush stays quiet
-        return 0
+        return OK
     return code
 
 
-def _error(args: argparse.Namespace, e: FsDurableError) -> None:
-    if args.json:
-        print(json.dumps(e.to_dict(), indent=2))
-    print(f"fsdurable: {e}", file=sys.stderr)
+def _fail(debug: bool, message: str, exc: BaseException) -> None:
+    if debug:
+        import traceback
+
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    print(f"fsdurable: {message}", file=sys.stderr)
+
+
+def usage(message: str) -> NoReturn:
+    """Stop a command with a usage error (exit 2): ``message`` says what to do next."""
+    raise UsageError(message)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -30,9 +30,15 @@ if TYPE_CHECKING:
 KILL_ENV = "FSDURABLE_DEMO_KILL"  # "send_email" | "charge_card" | "model:<n>": SIGKILL there
 
 
+# Windows has no SIGKILL: there os.kill(pid, SIGTERM) is TerminateProcess, just as abrupt (no
+# cleanup, no flush, no finally), and the child's exit code is the signal number.
+_KILL_SIGNAL = getattr(signal, "SIGKILL", signal.SIGTERM)
+KILLED = -_KILL_SIGNAL if os.name != "nt" else int(_KILL_SIGNAL)  # the killed child's returncode
+
+
 def kill_now() -> None:
     """Die the way an OOM kill or a power cut does: no cleanup, no flush, no finally."""
-    os.kill(os.getpid(), signal.SIGKILL)
+    os.kill(os.getpid(), _KILL_SIGNAL)
 
 
 def _kill_point(name: str) -> None:
@@ -256,14 +262,14 @@ class _Runner:
         p = subprocess.run([sys.executable, "-m", "fsdurable.demo", *args, "--root",
                             self.store.root, "--world", self.world.path], env=env,
                            capture_output=True, text=True, timeout=60, check=False)
-        if p.returncode not in (0, -signal.SIGKILL):
+        if p.returncode not in (0, KILLED):
             raise RuntimeError(f"demo child {args[:1]} failed ({p.returncode}):\n{p.stderr}")
         return p.returncode, p.stdout
 
     def crash(self, scenario: str, kill: str | None, *extra: str) -> bool:
         rc, _ = self.child("turn", "--session", self.sid(scenario), "--scenario", scenario,
                            *extra, kill=kill)
-        return rc == -signal.SIGKILL
+        return rc == KILLED
 
     def recover(self, *scenarios: str, disabled: bool = False) -> tuple[int, dict[str, Any]]:
         args = ["recover", *(x for s in scenarios for x in ("--session", self.sid(s)))]
@@ -362,12 +368,18 @@ def _scenarios(r: _Runner) -> list[dict[str, Any]]:
 
 
 def run_demo(root: str | None = None, *, keep: bool = False) -> dict[str, Any]:
-    """Run the five scenarios against ``root`` (default store) and return the results."""
+    """Run the five scenarios in a store of their own and return the results: ``root`` (created
+    if needed), else a temporary store deleted afterwards (``keep``: kept). Never the user's
+    default store, where an agent's ``recover`` could resume the demo's turns with real tools."""
     import shutil
     import tempfile
 
     t0 = time.monotonic()
     world = tempfile.mkdtemp(prefix="fsdurable-demo-world-")
+    temp = None
+    if root is None:
+        temp = tempfile.mkdtemp(prefix="fsdurable-demo-")
+        root = os.path.join(temp, "store")
     try:
         r = _Runner(root, world)
         rows = _scenarios(r)
@@ -380,7 +392,10 @@ def run_demo(root: str | None = None, *, keep: bool = False) -> dict[str, Any]:
                     r.store.delete(sid)
     finally:
         shutil.rmtree(world, ignore_errors=True)
-    return {"root": r.store.root, "run_id": r.run_id, "ok": all(x["ok"] for x in rows),
+        if temp is not None and not keep:
+            shutil.rmtree(temp, ignore_errors=True)
+    return {"root": r.store.root, "temporary": temp is not None, "run_id": r.run_id,
+            "ok": all(x["ok"] for x in rows),
             "kept": keep, "seconds": round(time.monotonic() - t0, 2), "scenarios": rows,
             "events": events}
 
@@ -403,18 +418,24 @@ def render(data: Mapping[str, Any]) -> str:
                         (e["session_id"] or "").removeprefix(prefix), e["reason"] or "", detail])
     out.append(table(ev_rows, ["at", "event", "session", "reason", "detail"]))
     verdict = "all scenarios behaved" if data["ok"] else "SOME SCENARIOS FAILED"
-    out += ["", f"{verdict} in {data['seconds']} s; store {data['root']}"
-            + ("" if data["kept"] else " (demo sessions deleted; --keep keeps them)")]
+    if data.get("temporary"):
+        where = (f"a temporary store, kept at {data['root']}" if data["kept"]
+                 else "a temporary store, deleted (--keep keeps it)")
+    else:
+        where = f"store {data['root']}" + ("" if data["kept"] else
+                                            " (demo sessions deleted; --keep keeps them)")
+    out += ["", f"{verdict} in {data['seconds']} s; {where}"]
     return "\n".join(out)
 
 
 def _demo_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--keep", action="store_true", help="keep the demo sessions in the store")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the demo's store and sessions (printed at the end)")
 
 
-@command("demo", "crash a scripted agent mid-turn (SIGKILL) and recover it: five scenarios",
-         _demo_args)
+@command("demo", args=_demo_args)
 def _demo(args: argparse.Namespace) -> Result:
+    """``--root`` is the demo's own store (never $FSDURABLE_ROOT); default: a temporary one."""
     data = run_demo(args.root, keep=args.keep)
     return (0 if data["ok"] else 1), data, render(data)
 

@@ -3,14 +3,40 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
+
+
+def in_ci() -> bool:
+    """``CI=true`` (GitHub Actions, .ci/run): a test that cannot run is a failure there."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def skip_or_fail(reason: str) -> NoReturn:
+    """The ONE way a test gives up for want of a system tool, root or a mount: it skips with its
+    reason, except under ``CI=true``, where it fails, so CI can never pass by skipping."""
+    if in_ci():
+        pytest.fail(f"CI=true, so this may not skip: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def need_tools(*names: str, root: bool = False) -> None:
+    """Skip (or, under ``CI=true``, fail) unless every command is on PATH (and, with
+    ``root=True``, we are root). Tests never install anything: .ci/run does."""
+    missing = [n for n in names if shutil.which(n) is None]
+    if missing:
+        skip_or_fail(f"{', '.join(missing)} not on PATH (.ci/run installs the system "
+                     "packages the tests need)")
+    if root and (os.name != "posix" or os.geteuid() != 0):
+        skip_or_fail(f"needs root to use {', '.join(names)}")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from .conftest import PYTHON, REPO, subprocess_env
 
-PARTS = ("startup", "discovery", "commit", "growth", "memory", "langgraph")
+PARTS = ("startup", "discovery", "commit", "growth", "memory", "looplag", "langgraph")
 
 
 def stats_ok(r: dict[str, Any]) -> bool:
@@ -46,6 +46,8 @@ def test_quick_bench_completes_and_writes_valid_json(tmp_path: Path) -> None:
     assert {r["size"] for r in docs["commit"]["rows"]} >= {1024, 65536}
     assert docs["growth"]["checkpoint_growth"] and docs["growth"]["throughput"]
     assert docs["memory"]["rows"][0]["fsdurable"]["found"] == 10
+    lag = docs["looplag"]["results"]
+    assert all(stats_ok(lag[m]["lag"]) for m in ("async", "sync"))
     lg = docs["langgraph"]
     assert all(stats_ok(v) for part in ("put", "get_tuple") for v in lg["put_get"][part].values())
     assert lg["chat"]["results"]["fsdurable"]["bytes_on_disk"] > 0

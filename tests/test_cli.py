@@ -86,6 +86,7 @@ def test_doctor_exit_codes_and_repair(busy: Store, root: Path,
 
 
 def test_usage_errors_exit_2(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    Store(root)
     assert main(["--root", str(root), "show", "../etc"]) == 2
     assert main(["--root", str(root), "no-such-command"]) == 2
     assert main([]) == 2

@@ -4,8 +4,6 @@ inodes, loop-mounted. Skipped where this machine cannot mount one (not root, no 
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import textwrap
 from collections.abc import Iterator
@@ -16,13 +14,12 @@ import pytest
 
 from fsdurable import ConflictError, Store
 
-from .conftest import PYTHON, subprocess_env
+from .conftest import PYTHON, need_tools, skip_or_fail, subprocess_env
 
 
 @pytest.fixture
 def coarse_dir(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0 or not shutil.which("mke2fs"):
-        pytest.skip("needs root and mke2fs to loop-mount a coarse-timestamp ext4")
+    need_tools("mke2fs", "mount", root=True)
     img, mnt = tmp_path / "fs.img", tmp_path / "mnt"
     mnt.mkdir()
     with open(img, "wb") as f:
@@ -30,10 +27,10 @@ def coarse_dir(tmp_path: Path) -> Iterator[Path]:
     mk = subprocess.run(["mke2fs", "-q", "-F", "-t", "ext4", "-I", "128", str(img)],
                         capture_output=True, text=True)
     if mk.returncode != 0:
-        pytest.skip(f"mke2fs failed: {mk.stderr.strip()}")
+        skip_or_fail(f"mke2fs failed: {mk.stderr.strip()}")
     m = subprocess.run(["mount", "-o", "loop", str(img), str(mnt)], capture_output=True, text=True)
     if m.returncode != 0:
-        pytest.skip(f"cannot loop-mount here: {m.stderr.strip()}")
+        skip_or_fail(f"cannot loop-mount here: {m.stderr.strip()}")
     try:
         yield mnt
     finally:

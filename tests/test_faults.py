@@ -24,6 +24,8 @@ import pytest
 from fsdurable import StorageError, Store
 from tests.torture import faults
 
+from .conftest import skip_or_fail
+
 
 @pytest.mark.parametrize("sc", faults.scenarios(), ids=lambda sc: sc.name)
 def test_injected_fault(sc: faults.Scenario, root: Path) -> None:
@@ -45,7 +47,7 @@ def test_an_event_log_that_cannot_be_written_never_fails_a_commit(root: Path) ->
 def test_real_fault(name: str, tmp_path: Path) -> None:
     violations = faults.run_real(name, str(tmp_path))
     if violations is None:
-        pytest.skip(f"{name}: this machine cannot stage it (needs root with setpriv/mount); "
+        skip_or_fail(f"{name}: this machine cannot stage it (needs root with setpriv/mount); "
                     "the recorder's EACCES/EROFS scenarios stand in")
     assert violations == []
 

@@ -37,7 +37,8 @@ from fsdurable.langgraph import FsDurableSaver, arecover, recover
 from . import lg_graph
 from .conftest import PYTHON, REPO, subprocess_env
 
-SCHEMA = {k: Draft202012Validator(json.loads((REPO / "schemas" / f"{k}.schema.json").read_text()))
+SCHEMAS = REPO / "fsdurable" / "schemas"
+SCHEMA = {k: Draft202012Validator(json.loads((SCHEMAS / f"{k}.schema.json").read_text()))
           for k in ("lgrecord", "lghead")}
 
 

@@ -56,7 +56,8 @@ def test_debounce_coalesces_a_burst_yet_flushes_before_an_external_tool(root: Pa
 
     burst = [Reply(f"step {i}", [call("look", f"l{i}", n=i)]) for i in range(10)]
     model = ScriptedModel([*burst, Reply("pay", [call("charge", "c1")])])
-    loop = AgentLoop(store, model, [Tool("look", look), Tool("charge", charge, effect="external")])
+    loop = AgentLoop(store, model, [Tool("look", look), Tool("charge", charge, effect="external")],
+                     clock=clock)
     r = loop.run("s", "go")
     assert r.status == "completed"
     # 20 boundaries (10 model replies + 10 batches) on a clock that does not move: none committed
@@ -78,7 +79,7 @@ def test_debounce_commits_once_the_window_has_passed(root: Path) -> None:
         return "ok"
 
     model = ScriptedModel([Reply("", [call("tick", f"t{i}")]) for i in range(3)])
-    AgentLoop(store, model, [Tool("tick", tick)]).run("s", "go")
+    AgentLoop(store, model, [Tool("tick", tick)], clock=clock).run("s", "go")
     # begin = v2. Each model reply comes at once (pending); each tool batch ends 2.5 s after the
     # last commit, so the batch boundary commits (and carries the pending model reply).
     assert versions == [2, 3, 4]
@@ -196,7 +197,8 @@ def test_cancel_from_another_thread_flushes_clears_the_marker_and_stops(root: Pa
     model = ScriptedModel([Reply("", [call("quick", "q1"), call("slow", "s1")]),
                            Reply("", [call("after", "a1")])])
     loop = AgentLoop(store, model, [Tool("quick", lambda ctx: "quick done"), Tool("slow", slow),
-                                    Tool("after", lambda ctx: after.append("x") or "x")])
+                                    Tool("after", lambda ctx: after.append("x") or "x")],
+                     clock=clock)
     result: list[Any] = []
     t = threading.Thread(target=lambda: result.append(loop.run("s", "go")))
     t.start()

@@ -42,7 +42,8 @@ def test_debounce_property(turn: list[list[tuple[str, float]]], debounce: float)
                                  for k, (eff, dt) in enumerate(batch)])
                  for b, batch in enumerate(turn)]
         loop = AgentLoop(store, ScriptedModel(steps),
-                         [make("none"), make("idempotent"), make("external")])
+                         [make("none"), make("idempotent"), make("external")],
+                         clock=lambda: now[0])
         start = now[0]
         assert loop.run("s", "go").status == "completed"
         assert violations == []

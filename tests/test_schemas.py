@@ -1,4 +1,5 @@
-"""schemas/: every file the store writes validates; the schemas accept what the codec accepts."""
+"""fsdurable/schemas/ (shipped in the wheel): every file the store writes validates; the schemas
+accept what the codec accepts."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from fsdurable._errors import UnreadableState
 from fsdurable._model import Event, LedgerEntry, Manifest, Marker, Message, Session, ToolCall
 
 from .codec_strategies import events, json_values, manifests, markers, sessions
-from .conftest import DATA, REPO
+from .conftest import DATA
 
 SETTINGS = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 KINDS = ("session", "marker", "event", "manifest")
@@ -34,7 +35,9 @@ ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 
 def _load(kind: str) -> dict[str, Any]:
-    schema: dict[str, Any] = json.loads((REPO / "schemas" / f"{kind}.schema.json").read_text())
+    from fsdurable._store_cli import schema_text  # the shipped copy, read as the CLI reads it
+
+    schema: dict[str, Any] = json.loads(schema_text(kind))
     return schema
 
 

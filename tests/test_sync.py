@@ -431,7 +431,8 @@ def test_cli_conflicts_doctor_resolve(store: Store, root: Path,
     copy = write_copy(store, far, COPY_NAMES[0][0])
     r = str(root)
     code, out = _cli(capsys, "conflicts", "--root", r)
-    assert code == 1 and [v["version"] for v in out["conflicts"]["s1"]] == [3, 4]
+    [c] = out["conflicts"]
+    assert code == 1 and c["session_id"] == "s1" and [v["version"] for v in c["versions"]] == [3, 4]
     code, out = _cli(capsys, "doctor", "--root", r)
     detail = next(f["detail"] for f in out["findings"] if f["code"] == "conflict_copy")
     assert "version 4, in progress" in detail and "version 3, idle" in detail
@@ -442,7 +443,7 @@ def test_cli_conflicts_doctor_resolve(store: Store, root: Path,
     code, out = _cli(capsys, "resolve", "s1", "--root", r)
     assert code == 0 and out["changed"] is False
     code, out = _cli(capsys, "conflicts", "--root", r)
-    assert code == 0 and out == {"conflicts": {}}
+    assert code == 0 and out == {"conflicts": []}
     code, out = _cli(capsys, "resolve", "s1", "--root", r, "--keep", str(root / "nope.json"))
     assert code == 1 and out["error"] == "SessionNotFound"
 

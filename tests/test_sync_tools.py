@@ -1,9 +1,8 @@
 """Real sync tools carry a store between two roots ("machines": each its own node id and its own
 machine-local state dir): rsync, Unison and Syncthing, Debian's packages.
 
-The tools are installed by this module's session fixture (``apt-get install -y rsync unison
-syncthing`` when one is missing and we are root); a test skips, saying why, only where a tool
-cannot be installed or run.
+Tests never install anything: .ci/run installs the Debian packages. Where a tool is missing a
+test skips saying why, except under ``CI=true``, where that is a failure (conftest.need_tools).
 """
 
 from __future__ import annotations
@@ -29,43 +28,14 @@ from fsdurable._doctor import doctor
 from fsdurable._model import Message
 from fsdurable._sync import conflict_copies, foreign_turns, ignore_file, resolve, versions
 
-from .conftest import PYTHON, REPO, subprocess_env
+from .conftest import PYTHON, REPO, need_tools, subprocess_env
 from .test_watch import recording
 
-TOOLS = ("rsync", "unison", "syncthing")
 WAIT = 60.0  # a loaded CI box is slow; nothing here asserts a duration
 
 
-def _apt_install(missing: list[str]) -> str | None:
-    """Install with apt-get (update first if the plain install fails); None or why it failed."""
-    if os.name != "posix" or os.geteuid() != 0:
-        return "not root, so the test set-up cannot apt-get install it"
-    if shutil.which("apt-get") is None:
-        return "no apt-get on this machine"
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    cmd = ["apt-get", "install", "-y", "--no-install-recommends", *missing]
-    try:
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-        if r.returncode != 0:
-            subprocess.run(["apt-get", "update"], env=env, capture_output=True, timeout=900)
-            r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"apt-get failed: {e}"
-    return None if r.returncode == 0 else f"apt-get install failed: {r.stderr.strip()[-300:]}"
-
-
-@pytest.fixture(scope="session")
-def sync_tools() -> dict[str, str | None]:
-    """{tool: None if usable, else the reason it is not}: installs what is missing, once."""
-    missing = [t for t in TOOLS if shutil.which(t) is None]
-    why = _apt_install(missing) if missing else None
-    why = why or "apt-get did not provide it"
-    return {t: None if shutil.which(t) else f"{t} is not installed and {why}" for t in TOOLS}
-
-
-def need(tools: dict[str, str | None], name: str) -> None:
-    if tools[name] is not None:
-        pytest.skip(tools[name])
+def need(name: str) -> None:
+    need_tools(name)
 
 
 def machine(tmp_path: Path, name: str) -> dict[str, str]:
@@ -116,8 +86,8 @@ def edge_host(store: Store) -> Any:
 
 
 def test_rsync_interrupted_turn_is_foreign_there_then_adopted_and_resumed(
-        sync_tools: dict[str, str | None], tmp_path: Path) -> None:
-    need(sync_tools, "rsync")
+        tmp_path: Path) -> None:
+    need("rsync")
     a, b, notes = tmp_path / "laptop", tmp_path / "edge", tmp_path / "notes.txt"
     laptop, edge = machine(tmp_path, "laptop"), machine(tmp_path, "edge")
     p = subprocess.run([PYTHON, "-c", CRASHING_TURN, str(a), str(notes)], env=laptop,
@@ -157,8 +127,8 @@ def test_rsync_interrupted_turn_is_foreign_there_then_adopted_and_resumed(
 
 
 def test_unison_conflicting_edits_detected_and_resolved_nothing_lost(
-        sync_tools: dict[str, str | None], tmp_path: Path) -> None:
-    need(sync_tools, "unison")
+        tmp_path: Path) -> None:
+    need("unison")
     a, b, udir = tmp_path / "laptop", tmp_path / "edge", tmp_path / "unison"
     udir.mkdir()
     with open(ignore_file("unison.prf"), encoding="utf-8") as f:
@@ -308,8 +278,8 @@ def wait_until(pred: Any, what: str, st: Syncthing) -> None:
 
 
 @pytest.fixture
-def syncthing(sync_tools: dict[str, str | None], tmp_path: Path) -> Iterator[Syncthing]:
-    need(sync_tools, "syncthing")
+def syncthing(tmp_path: Path) -> Iterator[Syncthing]:
+    need("syncthing")
     st = Syncthing(tmp_path)
     st.setup()
     try:

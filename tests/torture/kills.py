@@ -372,7 +372,8 @@ def run(base: str, *, kills: int = 200, workers: int = 3, seed: int = 1,
         st = Store(root, config=_config())
         rep = recover(st, make_loop(st, world, 99))
         outcomes.update(o.outcome for o in rep.outcomes)
-        left = problems(doctor(st, repair=True))
+        # a call that may have run waits for a human (fsdurable review): reported, not repaired
+        left = [f for f in problems(doctor(st, repair=True)) if f.code != "review_required"]
         violations += [f"doctor --repair left {f.code} {f.path}" for f in left]
     st = Store(root, config=_config())
     violations += check_live(st)

@@ -1,0 +1,148 @@
+"""Packaging: floors that do not lie, one version, a license, schemas in the wheel, an sdist that
+holds what pytest needs, and public names that mypy --strict users see as exported."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from .conftest import PYTHON, REPO, skip_or_fail
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    tomllib = pytest.importorskip("tomli")
+
+PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text("utf-8"))["project"]
+
+
+def _floors(reqs: list[str]) -> dict[str, str]:
+    out = {}
+    for r in reqs:
+        m = re.fullmatch(r"([A-Za-z0-9_.-]+)>=([0-9][0-9.]*)", r.split(";")[0].strip())
+        assert m, f"every dependency declares a plain floor: {r}"
+        out[m.group(1).lower()] = m.group(2)
+    return out
+
+
+def test_the_constraints_file_pins_every_dependency_at_its_declared_floor() -> None:
+    pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", (REPO / ".ci" / "constraints-floor.txt")
+                           .read_text("utf-8"), re.M))
+    pins = {k.lower(): v for k, v in pins.items()}
+    declared = _floors(PROJECT["dependencies"])
+    for name, floor in declared.items():
+        assert name in pins, f"{name} has no floor pin in .ci/constraints-floor.txt"
+        assert tuple(map(int, pins[name].split("."))) == tuple(
+            map(int, (floor + ".0.0").split(".")[:len(pins[name].split("."))])), (name, floor)
+    # the floors the code needs: Converter.get_structure_hook; orjson's nesting limit
+    assert tuple(map(int, declared["cattrs"].split("."))) >= (24, 1)
+    assert tuple(map(int, declared["orjson"].split("."))) >= (3, 9, 15)
+
+
+def test_version_license_and_metadata() -> None:
+    import fsdurable
+
+    assert "version" not in PROJECT and "version" in PROJECT["dynamic"]
+    assert re.fullmatch(r"\d+\.\d+\.\d+", fsdurable.__version__)
+    assert PROJECT["license"] == "MIT" and PROJECT["license-files"] == ["LICENSE"]
+    assert (REPO / "LICENSE").read_text("utf-8").startswith("MIT License")
+    assert {"Homepage", "Source", "Issues"} <= set(PROJECT["urls"])
+    assert "Typing :: Typed" in PROJECT["classifiers"]
+    for v in ("3.10", "3.11", "3.12", "3.13"):
+        assert f"Programming Language :: Python :: {v}" in PROJECT["classifiers"]
+
+
+def test_schemas_are_read_from_the_package() -> None:
+    from fsdurable._store_cli import KINDS, schema_text
+
+    for kind in KINDS:
+        assert '"$schema"' in schema_text(kind)
+    assert not (REPO / "schemas").exists()  # one copy, inside the package
+
+
+def _setuptools_ok() -> None:
+    r = subprocess.run([PYTHON, "-c", "import setuptools; print(setuptools.__version__)"],
+                       capture_output=True, text=True)
+    version = r.stdout.strip()
+    if r.returncode != 0 or int(version.split(".")[0]) < 77:
+        skip_or_fail(f"building needs setuptools>=77 (the build-system requirement), "
+                     f"this interpreter has {version or 'none'}")
+
+
+def test_sdist_and_wheel_hold_what_users_and_pytest_need(tmp_path: Path) -> None:
+    _setuptools_ok()
+    out = tmp_path / "dist"
+    build = ("import sys, setuptools.build_meta as b; "
+             "print(getattr(b, sys.argv[1])(sys.argv[2]))")
+    r = subprocess.run([PYTHON, "-c", build, "build_sdist", str(out)], cwd=REPO,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    sdist = out / r.stdout.strip().splitlines()[-1]
+    with tarfile.open(sdist) as t:
+        t.extractall(tmp_path, filter="data")
+    src = tmp_path / sdist.name.removesuffix(".tar.gz")
+    for needed in ("LICENSE", "tests/conftest.py", "tests/data/session_v1.json",
+                   "tests/torture/faults.py", "fsdurable/schemas/session.schema.json",
+                   "bench/__main__.py", ".ci/run"):
+        assert (src / needed).exists(), needed
+    # pytest collects the unpacked sdist without an error (it had 20 collection errors)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([PYTHON, "-m", "pytest", "--collect-only", "-q", "-p",
+                        "no:cacheprovider"], cwd=src, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and "error" not in r.stdout.splitlines()[-1], r.stdout[-2000:]
+    r = subprocess.run([PYTHON, "-c", build, "build_wheel", str(out)], cwd=src,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    names = zipfile.ZipFile(out / r.stdout.strip().splitlines()[-1]).namelist()
+    for kind in ("session", "marker", "event", "manifest"):
+        assert f"fsdurable/schemas/{kind}.schema.json" in names
+    assert "fsdurable/py.typed" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+
+
+USER_CODE = textwrap.dedent('''
+    import threading
+    from collections.abc import Iterator
+
+    import fsdurable
+    from fsdurable import (AgentLoop, Change, Config, Outcome, ScriptedModel, Session, Store,
+                           adopt, recover, tool)
+
+    store: Store = fsdurable.Store("x", config=Config())
+    s: Session = store.create("a")
+    changes: Iterator[Change] = store.watch(poll=True, stop_event=threading.Event())
+
+    @tool(effect="none")
+    def note(ctx: fsdurable.ToolContext, text: str) -> str:
+        return text
+
+    loop = AgentLoop(store, ScriptedModel([]), [note])
+    out: Outcome = adopt(store, "a", loop)
+    n: int = recover(store, loop).count("resumed")
+    err: type[fsdurable.FsDurableError] = fsdurable.SessionNotFound
+    version: str = fsdurable.__version__
+''')
+
+
+def test_mypy_strict_users_see_every_public_name_exported(tmp_path: Path) -> None:
+    (tmp_path / "user.py").write_text(USER_CODE, "utf-8")
+    # fsdurable as an installed package looks to mypy: found, followed silently (its own
+    # internals are not the user's to check); the user's file under --strict
+    (tmp_path / "mypy.ini").write_text("[mypy]\nstrict = True\n[mypy-fsdurable.*]\n"
+                                       "follow_imports = silent\n", "utf-8")
+    env = dict(os.environ, MYPYPATH=str(REPO))
+    env.pop("PYTHONPATH", None)
+    r = subprocess.run([PYTHON, "-m", "mypy", "--strict", "--no-incremental", "--config-file",
+                        "mypy.ini", "--cache-dir", str(tmp_path / ".mypy"), "user.py"],
+                       cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
