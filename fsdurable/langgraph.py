@@ -19,7 +19,11 @@ still to run (its ``updated_channels`` name ``__start__``, a ``branch:to:<node>`
 error), a ``__resume__`` write (``Command(resume=...)``) starts it again. Graphs whose nodes are
 triggered by other channels (hand-built ``Pregel``) stay in flight until ``recover`` asks the
 graph itself (``get_state``): a run with nothing left to do, or paused at an interrupt or an
-``interrupt_before`` breakpoint, is closed without running anything.
+``interrupt_before`` breakpoint, is closed without running anything. ``saver.bind(graph)``
+tells the saver the graph's ``interrupt_before`` nodes, so a run stopped before one is paused
+from the start; once ``invoke(None)`` goes on, the run is in flight again from the first write
+the saver sees (the node past the breakpoint saves nothing before it ends: a crash inside that
+first node leaves the run paused, to be invoked again).
 """
 
 from __future__ import annotations
@@ -68,6 +72,14 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde)
         self.store = store if isinstance(store, Store) else Store(store, config=config)
         self.threads = lg.Threads(self.store)
+        self.breakpoints: frozenset[str] = frozenset()
+
+    def bind(self, graph: Any) -> Any:
+        """Tell the saver a compiled graph's ``interrupt_before`` nodes (returns the graph): a run
+        stopped before one of them is paused for a human, not interrupted. (Breakpoints passed to
+        ``invoke`` itself are not seen; ``recover`` still never runs past one.)"""
+        self.breakpoints |= frozenset(getattr(graph, "interrupt_before_nodes", None) or ())
+        return graph
 
     # ------------------------------------------------------------------ reading
 
@@ -145,7 +157,10 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
             parts.append((["blob", ch, ver], dumps(values[ch]) if ch in values else ("empty", b"")))
         ckid, versions = checkpoint["id"], checkpoint["channel_versions"]
         run_id = md.get("run_id")
-        state = None if ns else (lg.RUNNING if _pending(checkpoint) else lg.ENDED)
+        nodes = _next_nodes(checkpoint)
+        state = None if ns else (
+            lg.ENDED if not nodes else
+            lg.PAUSED if "*" not in nodes and nodes <= self.breakpoints else lg.RUNNING)
 
         def build(s: Session | None, head: dict[str, Any], seq: int) -> Any:
             refs = self._refs(s, ns, parent, versions, new_versions, seq)
@@ -172,6 +187,9 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
                            else state)
             if not latest:  # only the thread's newest root checkpoint speaks for its run
                 return [("ckpt", rec)], head, None
+            if run is not None:  # why a paused run waits: a breakpoint, or an interrupt()
+                why = "breakpoint" if run == lg.PAUSED and run == state else None
+                head["run"] = {**head["run"], "why": why}
             if run == lg.RUNNING and isinstance(run_id, str):
                 head["run"] = {**head["run"], "run_id": run_id}
             return [("ckpt", rec)], head, run
@@ -216,6 +234,7 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
         chans = {ch for _i, ch, _v in items}
         state = (lg.PAUSED if INTERRUPT in chans else lg.FAILED if ERROR in chans
                  else lg.RUNNING if RESUME in chans and not ns else None)
+        resumed = not ns and task_path != "" and state is None  # a node ran: see build
         dumps = self.serde.dumps_typed
         typed = [(i, ch, dumps(v)) for i, ch, v in items]
 
@@ -238,8 +257,12 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
             fresh = [(i, ch, t) for i, ch, t in typed if i < 0 or (task_id, i) not in seen]
             # a late write to an older checkpoint never reopens or closes the run
             now = state if latest or early else None
+            if resumed and latest and head["run"].get("why") == "breakpoint":
+                now = lg.RUNNING  # invoke(None) went past the breakpoint: in flight again
             if not fresh and now is None:
                 return None
+            if now is not None:
+                head = {**head, "run": {**head["run"], "why": None}}
             records = []
             if fresh:
                 records.append(("writes", lg.encode_record(
@@ -390,12 +413,26 @@ def _early(head: dict[str, Any], ns: str, ckid: str) -> list[int]:
     return []
 
 
-def _pending(checkpoint: Checkpoint) -> bool:
-    """Does a root checkpoint leave a node to run (see the module doc)? Unknown: yes."""
+def _next_nodes(checkpoint: Checkpoint) -> set[str]:
+    """The nodes a root checkpoint leaves to run (see the module doc); ``"*"``: some unknown
+    node (a ``Send``, or no ``updated_channels`` to tell)."""
     updated = checkpoint.get("updated_channels")
     if updated is None:
-        return True
-    return any(ch == "__start__" or ch == TASKS or ch.startswith("branch:to:") for ch in updated)
+        return {"*"}
+    out = set()
+    for ch in updated:
+        if ch == "__start__":
+            out.add(ch)
+        elif ch.startswith("branch:to:"):
+            out.add(ch[len("branch:to:"):])
+        elif ch == TASKS:
+            out.add("*")
+    return out
+
+
+def _pending(checkpoint: Checkpoint) -> bool:
+    """Does a root checkpoint leave a node to run? Unknown: yes."""
+    return bool(_next_nodes(checkpoint))
 
 
 # ---------------------------------------------------------------------- recovery

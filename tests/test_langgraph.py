@@ -341,3 +341,34 @@ def test_a_late_write_to_an_older_checkpoint_never_reopens_the_run(root: Path) -
     assert saver.store.interrupted() == []
     tup = saver.get_tuple(first)
     assert tup is not None and [w[1] for w in tup.pending_writes or []] == ["__resume__"]
+
+
+def test_a_run_stopped_at_a_bound_breakpoint_is_paused_and_in_flight_once_resumed(
+        root: Path) -> None:
+    from typing import TypedDict
+
+    class S(TypedDict):
+        n: int
+
+    saver = FsDurableSaver(root)
+    seen: list[bool] = []
+
+    def c(state: S) -> S:
+        seen.append(bool(saver.store.interrupted()))  # the resumed run is in flight again
+        return {"n": state["n"] - 1}
+
+    g = StateGraph(S)
+    g.add_node("a", lambda s: {"n": s["n"] + 1})
+    g.add_node("b", lambda s: {"n": s["n"] * 10})
+    g.add_node("c", c)
+    g.add_edge(START, "a")
+    g.add_edge("a", "b")
+    g.add_edge("b", "c")
+    graph = saver.bind(g.compile(checkpointer=saver, interrupt_before=["b"]))
+    cfg: Any = {"configurable": {"thread_id": "bp"}}
+    assert graph.invoke({"n": 1}, cfg, durability="sync") == {"n": 2}
+    assert graph.get_state(cfg).next == ("b",)
+    assert saver.store.interrupted() == []  # waiting for a human at the breakpoint
+    assert recover(graph, saver).outcomes == ()
+    assert graph.invoke(None, cfg, durability="sync") == {"n": 19}
+    assert seen == [True] and saver.store.interrupted() == []
