@@ -10,7 +10,8 @@ import time
 
 from ._harness import QUICK_RESULTS, RESULTS, log
 
-PARTS = ("startup", "discovery", "commit", "growth", "memory", "looplag", "langgraph")
+PARTS = ("startup", "discovery", "commit", "growth", "memory", "looplag", "adapters",
+         "langgraph")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 from ._harness import RESULTS, fmt_time
 
 README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "README.md")
-PARTS = ("startup", "discovery", "commit", "growth", "memory", "langgraph")
+PARTS = ("startup", "discovery", "commit", "growth", "memory", "adapters", "langgraph")
 
 
 def load(results: str) -> dict[str, Any]:
@@ -476,10 +476,13 @@ def render(data: dict[str, Any], made: list[str]) -> str:
         parts += [growth(data["growth"]), ""]
     if "memory" in data:
         parts += ["## Memory", "", memory(data["memory"]), ""]
-    if "langgraph" in data:
-        from .langgraph import section
+    for name, title in (("adapters", "Framework adapters: the import a user pays"),
+                        ("langgraph", "LangGraph checkpointer")):
+        if name in data:
+            import importlib
 
-        parts += ["## LangGraph checkpointer", "", section(data["langgraph"]), ""]
+            parts += [f"## {title}", "", importlib.import_module(f"bench.{name}").section(
+                data[name]), ""]
     parts += [METHOD]
     return "\n".join(parts)
 

@@ -17,6 +17,7 @@ _EXPORTS = {
     "Config": "._config",
     "DEFAULT_CONFIG": "._config",
     "ConflictError": "._errors",
+    "DurabilityUnknown": "._errors",
     "FsDurableError": "._errors",
     "HostError": "._errors",
     "InvalidSessionId": "._errors",
@@ -59,6 +60,9 @@ _EXPORTS = {
     "foreign_turns": "._sync",
     "resolve": "._sync",
     "take_over": "._sync",
+    "answer_review": "._review",
+    "rerun_call": "._review",
+    "review_queue": "._review",
     "Change": "._watch",
     "watch": "._watch",
 }
@@ -86,6 +90,7 @@ if TYPE_CHECKING:  # explicit re-exports (`X as X`): mypy --strict users see the
     from ._doctor import Finding as Finding
     from ._doctor import doctor as doctor
     from ._errors import ConflictError as ConflictError
+    from ._errors import DurabilityUnknown as DurabilityUnknown
     from ._errors import FsDurableError as FsDurableError
     from ._errors import HostError as HostError
     from ._errors import InvalidSessionId as InvalidSessionId
@@ -112,6 +117,9 @@ if TYPE_CHECKING:  # explicit re-exports (`X as X`): mypy --strict users see the
     from ._recovery import arecover as arecover
     from ._recovery import recover as recover
     from ._recovery import resume_one as resume_one
+    from ._review import answer_review as answer_review
+    from ._review import rerun_call as rerun_call
+    from ._review import review_queue as review_queue
     from ._store import Store as Store
     from ._store import default_root as default_root
     from ._sync import Resolution as Resolution

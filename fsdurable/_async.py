@@ -23,6 +23,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from . import _events as ev
 from ._aio import run_sync
 from ._config import DEFAULT_CONFIG, Config
 from ._errors import LockTimeout
@@ -52,8 +53,12 @@ class AsyncStore:
                    config: Config = DEFAULT_CONFIG, node_id: str | None = None,
                    clock: Callable[[], float] = time.time, create: bool = True) -> AsyncStore:
         """Open (or create) the store at ``root`` in a worker thread."""
-        return cls(await run_sync(Store, root, config=config, node_id=node_id, clock=clock,
-                                  create=create))
+        def opened() -> Store:
+            s = Store(root, config=config, node_id=node_id, clock=clock, create=create)
+            s.node_id  # noqa: B018 — resolved here: it may read its file once
+            return s
+
+        return cls(await run_sync(opened))
 
     @property
     def root(self) -> str:
@@ -62,6 +67,10 @@ class AsyncStore:
     @property
     def config(self) -> Config:
         return self.store.config
+
+    @property
+    def node_id(self) -> str:
+        return self.store.node_id
 
     def __repr__(self) -> str:
         return f"AsyncStore({self.store.root!r})"
@@ -92,9 +101,9 @@ class AsyncStore:
         return await run_sync(self.store.patch, session_id, fn)
 
     async def commit(self, new: Session, base_version: int, *, at_least: int = 0,
-                     owner: str | None = None) -> Session:
+                     owner: str | None = None, base_commit_id: str | None = None) -> Session:
         return await run_sync(self.store.commit, new, base_version, at_least=at_least,
-                              owner=owner)
+                              owner=owner, base_commit_id=base_commit_id)
 
     async def delete(self, session_id: str, *, base_version: int | None = None) -> None:
         await run_sync(self.store.delete, session_id, base_version=base_version)
@@ -123,6 +132,12 @@ class AsyncStore:
 
     async def repair_marker(self, session_id: str) -> str | None:
         return await run_sync(self.store.repair_marker, session_id)
+
+    async def quarantine(self, path: str, *, kind: str, reason: str,
+                         session_id: str | None = None, code: str = ev.FILE_QUARANTINED,
+                         expect: os.stat_result | None = None) -> str | None:
+        return await run_sync(self.store.quarantine, path, kind=kind, reason=reason,
+                              session_id=session_id, code=code, expect=expect)
 
     async def interrupted(self) -> list[Marker]:
         return await run_sync(self.store.interrupted)
@@ -182,6 +197,20 @@ class AsyncStore:
                 yield c
             if stop_event is not None and stop_event.is_set():
                 return
+
+
+StoreLike = Store | AsyncStore | str | os.PathLike[str] | None
+
+
+def as_store(store: StoreLike) -> Store:
+    """The ``Store`` behind what an adapter was given: a ``Store``, an ``AsyncStore``, or a root
+    path (opened here and now — in a coroutine, pass ``await AsyncStore.open(root)`` instead to
+    keep even the opening off the loop; None: ``$FSDURABLE_ROOT``)."""
+    if isinstance(store, AsyncStore):
+        return store.store
+    if isinstance(store, Store):
+        return store
+    return Store(store)
 
 
 async def _acquire(store: Store, route_key: str, timeout: float

@@ -139,6 +139,22 @@ def _conv() -> Any:
     return c
 
 
+def _check_finite(obj: Any, sid: str, where: str) -> None:
+    """InvalidState if a free-form JSON value holds a NaN or an infinity: orjson would write it
+    as ``null`` and the value would change on the way to disk. Iterative: any depth."""
+    stack = [obj]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif isinstance(v, float) and not math.isfinite(v):
+            raise InvalidState(f"session {sid}: {where} holds {v!r}, which JSON cannot hold "
+                               "(it would be stored as null)", session_id=sid,
+                               reason="not_json")
+
+
 def session_to_dict(s: Session) -> dict[str, Any]:
     d: dict[str, Any] = {"format": SESSION_FORMAT}
     d.update(_conv().unstructure(s))
@@ -152,6 +168,7 @@ def encode_session(s: Session) -> bytes:
     the encoding of its new messages, not of all of them (bench/growth.py)."""
     import orjson
 
+    _check_finite(s.metadata, s.id, "metadata")
     try:
         d: dict[str, Any] = {"format": SESSION_FORMAT}
         if not s.messages:
@@ -167,9 +184,12 @@ def encode_session(s: Session) -> bytes:
         opening = head[:-1] + b',"messages":'
         closing = b"]" + (b"," + tail[1:] if len(tail) > 2 else b"}") + b"\n"
         return _message_cache.encode(s.id, s.messages, opening, closing)
-    except TypeError as e:
+    except TypeError as e:  # orjson: not serialisable, over 64 bits, nested over 255 levels
         raise InvalidState(f"session {s.id} is not JSON-serialisable: {e}", session_id=s.id,
                            reason="not_json") from e
+    except RecursionError as e:  # nested deeper than Python can walk (cattrs, attrs)
+        raise InvalidState(f"session {s.id} is nested too deep to store", session_id=s.id,
+                           reason="too_deep") from e
 
 
 class _MessageCache:
@@ -242,6 +262,8 @@ class _MessageCache:
             m = msgs[i]
             if i:
                 buf += b","
+            if m.tool_calls:
+                _check_finite(self._arguments(m), sid, f"message {i}'s tool call arguments")
             buf += orjson.dumps(unstructure(m))
             if m.tool_calls:
                 checks.append((i, copy.deepcopy(self._arguments(m))))
@@ -263,6 +285,9 @@ class _MessageCache:
 _message_cache = _MessageCache()
 
 
+_INT63 = 1 << 63  # counters stay below it: the next commit can always write version + 1
+
+
 def parse_session(data: bytes, *, path: str | None = None,
                   session_id: str | None = None) -> tuple[Session, bool]:
     """Parse a session file; returns (session, migrated?). ``session_id``: the id its file name
@@ -275,16 +300,25 @@ def parse_session(data: bytes, *, path: str | None = None,
         raise UnreadableState(f"not valid JSON: {e}", path=path, reason="invalid_json") from e
     if not isinstance(d, dict):
         raise UnreadableState("not a JSON object", path=path, reason="invalid_json")
+    if orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE) != data:
+        # not byte for byte what the encoder writes (another writer, a hand edit, a duplicate
+        # key, an integer orjson read as a float): parse it again strictly and exactly —
+        # duplicate keys are refused as in a marker, integers of any size stay integers
+        d = loads_strict(data, path=path)
     d, migrated = upgrade(d, "session", path=path)
     if "version" not in d:  # a default of 0 would read as "absent" to the commit's CAS
         raise UnreadableState("missing field 'version'", path=path, reason="missing_field")
     try:
         s = _conv().structure(d, Session)
-    except Exception as e:  # cattrs raises several types; all mean "wrong shape"
+    except (TypeError, ValueError, KeyError) as e:  # the hooks' and validators' findings
         raise UnreadableState(f"session does not match the format: {e!r}", path=path,
                               reason="wrong_type") from e
-    if s.version < 1 or (s.turn is not None and s.turn.resume_attempts < 0):
-        raise UnreadableState("session version below 1 or negative attempts", path=path,
+    # anything else (AttributeError from a cattrs older than the declared floor, a missing
+    # structure handler) is a bug of the environment, not of the file: it propagates, and the
+    # valid session is never quarantined for it
+    if (not 1 <= s.version < _INT63
+            or (s.turn is not None and not 0 <= s.turn.resume_attempts < _INT63)):
+        raise UnreadableState("session version or attempts out of range", path=path,
                               reason="wrong_value")
     check_id(s.id, session_id, path)
     return s, migrated

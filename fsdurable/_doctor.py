@@ -122,8 +122,10 @@ class _Scan:
                      severity=INFO)
 
     def permissions(self, path: str, st: os.stat_result, want: int) -> None:
+        if not _fsio.MODES_HELD:  # Windows: no modes to hold, so none to report
+            return
         mode = stat.S_IMODE(st.st_mode)
-        if mode & ~want:
+        if mode & ~want and _fsio.holds_modes(path):  # exFAT/FAT: the mount's mask, no problem
             self.add("permissions", path, f"mode {mode:o}, expected {want:o} or narrower",
                      repair=f"chmod {want:o}", fix=lambda: _fsio.chmod(path, want))
 

@@ -102,8 +102,23 @@ class StorageError(FsDurableError, OSError):
         return self.message
 
 
+class DurabilityUnknown(StorageError):
+    """The change IS made: the new content is in place under its name, but the disk refused to
+    confirm it durable (EIO on the directory fsync after the rename), so a power cut might still
+    undo it. For a commit, ``session`` is the session now on disk at its new version: do not
+    retry the change (that would be a ConflictError); continue from ``session``.
+    ``stat`` is the new file's stat."""
+
+    def __init__(self, message: str, *, session: Any = None, stat: Any = None,
+                 **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.session = session
+        self.stat = stat
+
+
 __all__ = [
     "ConflictError",
+    "DurabilityUnknown",
     "FsDurableError",
     "HostError",
     "InvalidSessionId",

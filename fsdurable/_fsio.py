@@ -12,7 +12,7 @@ a temp file beside the target (``~<name>.<random>.tmp``, a name Dropbox, Nextclo
 fsynced. When it returns, the new content survives a power cut. If it raises before the rename,
 the old content is still under the target name and the temp file is removed; if only the final
 directory fsync fails (EIO), the rename has happened but its durability is unknown — the caller
-sees a StorageError and must re-read before retrying (the commit's compare-and-swap does).
+sees ``DurabilityUnknown`` (a StorageError carrying the new file's stat): the change is made.
 """
 
 from __future__ import annotations
@@ -25,16 +25,19 @@ from typing import IO, Any
 
 from atomicwrites import AtomicWriter
 
-from ._errors import StorageError, UnreadableState
+from ._errors import DurabilityUnknown, StorageError, UnreadableState
 from ._layout import TEMP_SUFFIX, temp_prefix
 
 Recorder = Callable[[str, tuple[Any, ...]], None]
 _recorder: Recorder | None = None
 
 # Errors the disk gives that a caller can do nothing about but report: they become StorageError.
+# EISDIR/ENOTDIR/ENOTEMPTY: a directory (or a file) planted where the other belongs, e.g. a
+# directory at markers/<id>.json that no rename can replace.
 _STORAGE_ERRNOS = frozenset(
     e for e in (errno.ENOSPC, errno.EIO, errno.EACCES, errno.EPERM, errno.EROFS,
-                getattr(errno, "EDQUOT", None)) if e is not None
+                getattr(errno, "EDQUOT", None), errno.EISDIR, errno.ENOTDIR, errno.ENOTEMPTY)
+    if e is not None
 )
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -42,12 +45,27 @@ _O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 # Reading: a FIFO planted under a session or marker name would block open() until a writer
 # came — discovery would hang forever. With O_NONBLOCK open returns; fstat then refuses it.
 _O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+# Windows: without O_BINARY, os.open files translate "\n" and stop reading at Ctrl-Z.
+_O_BINARY = getattr(os, "O_BINARY", 0)
+# POSIX holds 0600/0700; Windows keeps only a read-only bit (ACLs decide access), so there a mode
+# is neither enforced nor reported as a problem (doctor).
+MODES_HELD = os.name == "posix"
+# Windows: replacing or removing a file that another process has open (a sync client, an
+# antivirus scanner, the search indexer) fails with a sharing violation for a moment; a short,
+# bounded retry rides it out. POSIX has no such thing (EACCES there is a real refusal).
+_SHARING_RETRY = os.name == "nt"
+_SHARING_WAITS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)  # 1.18 s in all, then the error stands
 try:
     import fcntl
 
     _F_FULLFSYNC: int | None = getattr(fcntl, "F_FULLFSYNC", None)
 except ImportError:  # Windows
     _F_FULLFSYNC = None
+# link() errors meaning "this filesystem has no hard links" (exFAT through FUSE: EPERM)
+_NO_HARD_LINKS = frozenset(
+    e for e in (errno.EPERM, errno.ENOTSUP, getattr(errno, "EOPNOTSUPP", None), errno.ENOSYS,
+                errno.EMLINK) if e is not None
+)
 FILE_MODE = 0o600
 DIR_MODE = 0o700
 
@@ -102,8 +120,29 @@ def _fsync_fd(fd: int) -> None:
     os.fsync(fd)
 
 
+def _retry_sharing(fn: Callable[..., Any], *args: str) -> Any:
+    """``fn(*args)`` (``os.replace``, ``os.unlink``), retried briefly on a Windows sharing
+    violation (PermissionError while another process holds the file open)."""
+    if not _SHARING_RETRY:
+        return fn(*args)
+    import time
+
+    for wait in _SHARING_WAITS:
+        try:
+            return fn(*args)
+        except PermissionError:
+            time.sleep(wait)
+    return fn(*args)
+
+
 def fsync_dir(path: str) -> None:
-    """Make the creates, renames and unlinks in directory ``path`` durable."""
+    """Make the creates, renames and unlinks in directory ``path`` durable.
+
+    Per OS: Linux (and the BSDs) — fsync of the directory's descriptor commits its entries.
+    macOS — the same, with ``F_FULLFSYNC`` so the drive's cache is flushed too. Windows — a
+    directory cannot be fsynced through ``os.open``; NTFS journals the rename (``MoveFileEx``)
+    itself and commits it within seconds, so this is a no-op there: a power cut inside that
+    window can lose the rename, never tear a file (the old content stays under its name)."""
     _rec("fsync_dir", path)
     if os.name != "posix":
         return
@@ -133,7 +172,7 @@ class _Writer(AtomicWriter):  # type: ignore[misc]
 
         directory = os.path.dirname(self._path)
         prefix = temp_prefix(os.path.basename(self._path))
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
         while True:
             name = os.path.join(directory, prefix + secrets.token_hex(6) + TEMP_SUFFIX)
             _rec("create", name)
@@ -153,19 +192,35 @@ class _Writer(AtomicWriter):  # type: ignore[misc]
             _fsync_fd(f.fileno())
 
     def commit(self, f: IO[bytes]) -> None:
-        directory = os.path.dirname(self._path)
         if self._overwrite:
             _rec("rename", self._tmp, self._path)
-            os.replace(self._tmp, self._path)
+            _retry_sharing(os.replace, self._tmp, self._path)
         else:
-            _rec("link", self._tmp, self._path)
-            os.link(self._tmp, self._path)  # fails if the target exists: no overwrite
-            _rec("unlink", self._tmp)
-            os.unlink(self._tmp)
-        # the stat of OUR inode after the rename (which changed its ctime), race-free
+            try:
+                _rec("link", self._tmp, self._path)
+                os.link(self._tmp, self._path)  # fails if the target exists: no overwrite
+            except OSError as e:
+                if e.errno not in _NO_HARD_LINKS:
+                    raise
+                self._claim_then_rename()
+            else:
+                _rec("unlink", self._tmp)
+                os.unlink(self._tmp)
+        # the stat of OUR inode after the rename (which changed its ctime), race-free; the
+        # directory fsync follows in write_atomic (a failure there is DurabilityUnknown)
         self.final = os.fstat(self._keep)
-        if self._durable:
-            fsync_dir(directory)
+
+    def _claim_then_rename(self) -> None:
+        """Create-if-absent where hard links do not exist (exFAT, FAT, some network and FUSE
+        filesystems): claim the name with O_EXCL (FileExistsError if taken), then rename the
+        written temp file over the empty claim. A crash between the two leaves an empty file
+        under the name, which readers judge unreadable (never a half-written one)."""
+        _rec("create", self._path)
+        fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC,
+                     FILE_MODE)
+        os.close(fd)
+        _rec("rename", self._tmp, self._path)
+        os.replace(self._tmp, self._path)
 
     def close_keep(self) -> None:
         if self._keep >= 0:
@@ -193,10 +248,20 @@ def write_atomic(
             with writer.open() as f:
                 _rec("write", writer._tmp, data)
                 f.write(data)
-            assert writer.final is not None
-            return writer.final
+            final = writer.final
+            assert final is not None
         finally:
             writer.close_keep()
+    if durable:
+        try:
+            fsync_dir(os.path.dirname(path))
+        except OSError as e:  # renamed already: the new content is in place, not proven durable
+            name = errno.errorcode.get(e.errno or 0, str(e.errno))
+            raise DurabilityUnknown(
+                f"{path} was replaced, but the directory fsync failed ({e.strerror or name}): "
+                "the new content is in place and may not survive a power cut",
+                path=path, reason=name, errno=e.errno, stat=final) from e
+    return final
 
 
 def write_new(path: str, data: bytes, *, durable: bool = True) -> None:
@@ -235,7 +300,7 @@ def read_bounded(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
     """
     try:
         with storage_errors(path, "read"):  # EACCES, EIO: a typed StorageError
-            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK | _O_BINARY)
     except StorageError:
         raise
     except FileNotFoundError:
@@ -277,7 +342,7 @@ def read_bounded(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
 
 def read_prefix(path: str, size: int) -> bytes:
     """The first ``size`` bytes of a regular file (never through a link, never blocking)."""
-    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK | _O_BINARY)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise UnreadableState(f"{path} is not a regular file", path=path, reason="not_a_file")
@@ -299,7 +364,7 @@ def unlink(path: str, *, durable: bool = True, missing_ok: bool = True) -> bool:
     with storage_errors(path, "unlink"):
         _rec("unlink", path)
         try:
-            os.unlink(path)
+            _retry_sharing(os.unlink, path)
         except FileNotFoundError:
             if not missing_ok:
                 raise
@@ -313,7 +378,7 @@ def rename(src: str, dst: str, *, durable: bool = True) -> None:
     """Move ``src`` to ``dst`` (replacing it) and make both directories durable."""
     with storage_errors(src, "rename"):
         _rec("rename", src, dst)
-        os.replace(src, dst)
+        _retry_sharing(os.replace, src, dst)
         if durable:
             fsync_dir(os.path.dirname(dst))
             if os.path.dirname(src) != os.path.dirname(dst):
@@ -359,7 +424,7 @@ def append_line(path: str, line: bytes, *, durable: bool = True) -> None:
     """Append one line to a log file (created 0600, never through a symlink)."""
     with storage_errors(path, "append"):
         _rec("append", path, line)
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
         existed = os.path.lexists(path)
         fd = os.open(path, flags, FILE_MODE)
         try:
@@ -376,12 +441,49 @@ def append_line(path: str, line: bytes, *, durable: bool = True) -> None:
 
 
 def list_names(path: str) -> list[str]:
-    """One listing of a directory (``os.scandir``); [] if it does not exist."""
+    """One listing of a directory (``os.scandir``); [] if it does not exist. StorageError if the
+    disk refuses it (a directory at mode 0000: EACCES; a file in its place: ENOTDIR)."""
     try:
-        with os.scandir(path) as it:
+        with storage_errors(path, "list"), os.scandir(path) as it:
             return [e.name for e in it]
     except FileNotFoundError:
         return []
+
+
+# Filesystems that cannot keep POSIX modes: every entry shows the mount's mask whatever chmod
+# says (FAT, exFAT; "fuseblk" is exFAT or NTFS through FUSE, mounted without permissions).
+_NO_MODES_FS = frozenset({"vfat", "msdos", "exfat", "fuseblk", "fuse.exfat", "fuse.ntfs-3g"})
+_holds_modes: dict[int, bool] = {}
+
+
+def holds_modes(path: str) -> bool:
+    """Can the filesystem holding ``path`` keep a file mode (0600/0700)? Where it cannot, a wide
+    mode is the mount's doing, not a problem to report or repair. Linux: the filesystem type from
+    ``/proc/self/mountinfo`` (matched by device number); elsewhere True."""
+    try:
+        dev = os.lstat(path).st_dev
+    except OSError:
+        return True
+    got = _holds_modes.get(dev)
+    if got is None:
+        got = _fs_type(dev) not in _NO_MODES_FS
+        _holds_modes[dev] = got
+    return got
+
+
+def _fs_type(dev: int) -> str | None:
+    if not hasattr(os, "major"):  # Windows: no mountinfo; modes mean little there anyway
+        return None
+    want = f"{os.major(dev)}:{os.minor(dev)}"
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 3 and fields[2] == want and "-" in fields:
+                    return fields[fields.index("-") + 1]
+    except OSError:
+        pass
+    return None
 
 
 def chmod(path: str, mode: int) -> None:
@@ -396,6 +498,9 @@ def chmod(path: str, mode: int) -> None:
                 raise UnreadableState(f"{path} is a symlink", path=path, reason="symlink") from e
             raise
         try:
-            os.fchmod(fd, mode)
+            if hasattr(os, "fchmod"):
+                os.fchmod(fd, mode)
+            else:  # Windows before 3.13: no fchmod (and only a read-only bit to set)
+                os.chmod(path, mode)
         finally:
             os.close(fd)

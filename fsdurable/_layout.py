@@ -18,6 +18,7 @@ MARKERS = "markers"
 EVENTS = "events"
 QUARANTINE = "quarantine"
 LANGGRAPH = "langgraph"  # fsdurable.langgraph: one directory of immutable records per thread
+ENTRIES = "entries"  # immutable entry files of the framework adapters: entries/<kind>/<id>.json
 
 _ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _OWN_NAME_RE = re.compile(r"([A-Za-z0-9_-]{1,128})\.json")
@@ -140,6 +141,10 @@ class Layout:
         """One immutable record of a thread: ``<seq, 12 digits>.<ckpt|writes>``."""
         return os.path.join(self.langgraph, session_id, f"{seq:012d}.{kind}")
 
+    def entry(self, kind: str, entry_id: str) -> str:
+        """An adapter's immutable entry file (``kind``: the adapter, e.g. ``pydantic_ai``)."""
+        return os.path.join(self.root, ENTRIES, kind, validate_session_id(entry_id) + ".json")
+
     def directories(self) -> tuple[str, ...]:
         return (self.root, self.sessions, self.markers, self.events, self.quarantine)
 
@@ -152,23 +157,10 @@ def state_dir(root: str) -> str:
     mount or a second mount point shares one set of locks (else a recovery and a live turn could
     run one route at once), while a copy of the store (rsync) gets its own.
     """
-    base = os.environ.get("FSDURABLE_STATE_DIR")
-    if not base:
-        import platformdirs
-
-        base = platformdirs.user_state_dir("fsdurable", appauthor=False)
+    base = _state_base()
     import hashlib  # not at module top: loading OpenSSL costs milliseconds at startup
 
-    real = os.path.realpath(root)
-    real_base = os.path.realpath(base)
-    if real_base == real or real_base.startswith(real.rstrip(os.sep) + os.sep):
-        # a sync tool would carry the locks and the node id to the other machines: two nodes
-        # with one id would both resume the same turn
-        from ._errors import InvalidState
-
-        raise InvalidState(f"the machine-local state dir {base} is inside the store {root}: "
-                           "set FSDURABLE_STATE_DIR to a directory outside it", path=base,
-                           reason="state_dir_in_store")
+    real = _outside(base, root)
     try:
         st = os.stat(real)
         ident = f"{st.st_dev}:{st.st_ino}"
@@ -178,22 +170,61 @@ def state_dir(root: str) -> str:
     return os.path.join(base, "stores", key)
 
 
-def node_id() -> str:
-    """This machine's node id: ``FSDURABLE_NODE`` if set, else a random id kept in the user
-    state dir (created once, never inside a store, so a sync tool never carries it)."""
-    env = os.environ.get("FSDURABLE_NODE")
-    if env:
-        return validate_session_id(env)
+def _state_base() -> str:
     base = os.environ.get("FSDURABLE_STATE_DIR")
     if not base:
         import platformdirs
 
         base = platformdirs.user_state_dir("fsdurable", appauthor=False)
+    return base
+
+
+def _outside(base: str, root: str) -> str:
+    """``realpath(root)``, once sure machine-local state under ``base`` is not inside the store:
+    a sync tool would carry the locks and the node id to the other machines (two nodes with one
+    id would both resume the same turn; a node id written inside the store makes the store's
+    own turns look foreign on the machine it came from)."""
+    real = os.path.realpath(root)
+    real_base = os.path.realpath(base)
+    if real_base == real or real_base.startswith(real.rstrip(os.sep) + os.sep):
+        from ._errors import InvalidState
+
+        raise InvalidState(f"the machine-local state dir {base} is inside the store {root}: "
+                           "set FSDURABLE_STATE_DIR to a directory outside it", path=base,
+                           reason="state_dir_in_store")
+    return real
+
+
+_NODE_RE = re.compile(r"[A-Za-z0-9_-](?:[A-Za-z0-9_.-]{0,126}[A-Za-z0-9_-])?")
+
+
+def validate_node_id(node_id: object) -> str:
+    """A node id: a session id's characters plus dots, so a host name (``laptop.local``) works;
+    no leading or trailing dot (``.``/``..`` never; Windows drops a trailing dot)."""
+    if (isinstance(node_id, str) and _NODE_RE.fullmatch(node_id) and ".." not in node_id
+            and node_id.split(".")[0].upper() not in _RESERVED):  # CON.local is CON on Windows
+        return node_id
+    shown = repr(node_id)[:60]
+    raise InvalidSessionId(f"invalid node id {shown}: use 1-128 of A-Z a-z 0-9 _ - and dots "
+                           "(a host name such as laptop.local works), not starting or ending "
+                           "with a dot", reason="node_id")
+
+
+def node_id(root: str | None = None) -> str:
+    """This machine's node id: ``FSDURABLE_NODE`` if set, else a random id kept in the user
+    state dir (created once, never inside a store — ``root`` is checked — so a sync tool never
+    carries it)."""
+    env = os.environ.get("FSDURABLE_NODE")
+    if env:
+        return validate_node_id(env)
+    base = _state_base()
+    if root is not None:
+        _outside(base, root)
     path = os.path.join(base, "node_id")
     try:
         with open(path, encoding="ascii") as f:
             value = f.read(200).strip()
-        if _ID_RE.fullmatch(value):
+        if _NODE_RE.fullmatch(value):
             return value
     except (FileNotFoundError, UnicodeDecodeError):
         pass
@@ -206,6 +237,14 @@ def node_id() -> str:
     try:
         _fsio.write_atomic(path, value.encode() + b"\n", overwrite=False)
     except FileExistsError:  # another process created it first: theirs wins
-        with open(path, encoding="ascii") as f:
-            value = f.read(200).strip()
+        import time
+
+        for _ in range(50):
+            with open(path, encoding="ascii", errors="replace") as f:
+                theirs = f.read(200).strip()
+            if _ID_RE.fullmatch(theirs):
+                return theirs
+            time.sleep(0.02)  # an empty claim (no hard links): its writer renames it in soon
+        # still empty or garbage: the leftover of a crash, not a live writer: replace it
+        _fsio.write_atomic(path, value.encode() + b"\n")
     return value

@@ -5,36 +5,46 @@ tool batch -> ... -> final reply; it ends with a commit that clears in-progress 
 Every write goes through the store's one commit function.
 
 Checkpoints happen at phase boundaries (model reply received, tool batch finished, compaction
-summary written) and are debounced (``Config.checkpoint_debounce``, on the loop's injectable
-clock). A pending checkpoint is flushed — never skipped — before any ``idempotent``/``external``
-tool (the ledger's intent commit carries it), before every model call of a resumed turn, at turn
-end and on cancel. The ledger commits an effectful tool's intent before the call and its outcome
-after, so a crash in between leaves the call *in doubt* for recovery to judge.
+summary written) and are debounced (``Config.checkpoint_debounce``, measured on the loop's
+monotonic clock). A pending checkpoint is flushed — never skipped — before any
+``idempotent``/``external`` tool (the ledger's intent commit carries it), before every model call
+of a resumed turn, at turn end and on cancel. The ledger commits an effectful tool's intent before
+the call and its outcome after, so a crash in between leaves the call *in doubt* for recovery.
 
 Attendance is decided here, at execution time: ``run(..., attended=)`` is the live caller's word;
 ``resume_claimed`` (the recovery path) is unattended, always — nothing read from disk changes it.
+
+``run`` and ``arun`` share one step logic (``AgentLoop._steps``, a coroutine); ``_drivers`` says
+where each blocking step runs — in the caller's thread, or off the caller's event loop.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import attrs
 
 from . import _events as ev
 from . import _fsio
 from ._config import Config
+from ._drivers import IO, SYNC, AsyncIO, complete
 from ._errors import ConflictError, HostError, SessionNotFound, TurnStateError
-from ._model import LedgerEntry, Message, Session, ToolCall, in_doubt, unanswered_calls
+from ._model import (
+    LedgerEntry,
+    Message,
+    Session,
+    ToolCall,
+    in_doubt,
+    unanswered_calls,
+    unique_calls,
+    with_entry,
+)
 from ._store import Store
-from ._tools import Model, Reply, Tool, ToolContext, as_reply, call_model, is_async, settle
-
-T = TypeVar("T")
+from ._tools import Model, Reply, Tool, ToolContext
 
 Approver = Callable[[ToolContext, ToolCall], bool]
 Compactor = Callable[[Sequence[Message]], "tuple[str, Sequence[Message]]"]
@@ -75,73 +85,12 @@ class _Run:
         self.cancelled = threading.Event()
         self.mu = threading.RLock()
         self.refused: list[str] = []
+        self.fresh_intent: str | None = None  # the call whose intent _prepare just committed
+        self.unstarted: str | None = None  # ... and whose tool an arun cancel kept from starting
 
 
 def _text(out: Any) -> str:
     return out if isinstance(out, str) else repr(out) if out is not None else ""
-
-
-def _with_entry(s: Session, entry: LedgerEntry) -> Session:
-    assert s.turn is not None
-    rest = tuple(e for e in s.turn.ledger if e.tool_call_id != entry.tool_call_id)
-    return attrs.evolve(s, turn=attrs.evolve(s.turn, ledger=(*rest, entry)))
-
-
-class _SyncIO:
-    """``run``: every step in the caller's thread. Its awaits never suspend (``_complete``)."""
-
-    cancel_error: tuple[type[BaseException], ...] = ()
-
-    async def disk(self, fn: Callable[..., T], /, *args: Any, **kw: Any) -> T:
-        return fn(*args, **kw)
-
-    async def model(self, model: Model, transcript: Sequence[Message],
-                    specs: Sequence[Mapping[str, Any]]) -> Reply:
-        return call_model(model, transcript, specs)
-
-    async def tool(self, t: Tool, ctx: ToolContext, args: Mapping[str, Any]) -> Any:
-        return settle(t.fn(ctx, **args), f"tool {t.name!r}")
-
-
-class _AsyncIO:
-    """``arun``: async models and tools are awaited on the caller's loop; the disk, the lock
-    waits and sync models and tools run off it (``_aio.run_sync``: shielded, so a cancelled
-    ``arun`` never stops a commit half-way)."""
-
-    def __init__(self) -> None:
-        import asyncio
-
-        self.cancel_error: tuple[type[BaseException], ...] = (asyncio.CancelledError,)
-
-    async def disk(self, fn: Callable[..., T], /, *args: Any, **kw: Any) -> T:
-        from ._aio import run_sync
-
-        return await run_sync(fn, *args, **kw)
-
-    async def _call(self, fn: Callable[..., Any], /, *args: Any, **kw: Any) -> Any:
-        out = fn(*args, **kw) if is_async(fn) else await self.disk(fn, *args, **kw)
-        return await out if inspect.isawaitable(out) else out
-
-    async def model(self, model: Model, transcript: Sequence[Message],
-                    specs: Sequence[Mapping[str, Any]]) -> Reply:
-        return as_reply(await self._call(model, transcript, specs))
-
-    async def tool(self, t: Tool, ctx: ToolContext, args: Mapping[str, Any]) -> Any:
-        return await self._call(t.fn, ctx, **args)
-
-
-_IO = _SyncIO | _AsyncIO
-_SYNC = _SyncIO()
-
-
-def _complete(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a coroutine that never suspends (the step logic under ``_SyncIO``) to its end."""
-    try:
-        coro.send(None)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    coro.close()
-    raise AssertionError("a sync step suspended")  # _SyncIO awaits nothing that can
 
 
 class AgentLoop:
@@ -194,12 +143,12 @@ class AgentLoop:
         """Continue a turn that recovery claimed (it holds the route lock and has committed the
         attempt). Always unattended: this path has no way to say otherwise."""
         self._resumable(session)
-        return _complete(self._drive(session, _SYNC, attended=False, resumed=True))
+        return complete(self._drive(session, SYNC, attended=False, resumed=True))
 
     async def aresume_claimed(self, session: Session) -> TurnResult:
         """``resume_claimed`` on the caller's event loop (what ``arecover`` calls)."""
         self._resumable(session)
-        return await self._drive(session, _AsyncIO(), attended=False, resumed=True)
+        return await self._drive(session, AsyncIO(), attended=False, resumed=True)
 
     def _resumable(self, session: Session) -> None:
         if not session.in_progress:
@@ -224,7 +173,7 @@ class AgentLoop:
             with self.store.lock(route):
                 got = self._begin(session_id, content, route)
                 if isinstance(got, Session):
-                    return _complete(self._drive(got, _SYNC, attended=attended, resumed=False))
+                    return complete(self._drive(got, SYNC, attended=attended, resumed=False))
             route = got
 
     async def arun(self, session_id: str, content: str | None, *,
@@ -237,7 +186,7 @@ class AgentLoop:
         from ._async import AsyncStore
 
         astore = AsyncStore(self.store)
-        io = _AsyncIO()
+        io = AsyncIO()
         route = (await run_sync(self.store.load, session_id)).route_key
         while True:
             async with astore.lock(route):
@@ -273,6 +222,14 @@ class AgentLoop:
 
     def _cancel_run(self, run: _Run) -> Session:
         with run.mu:
+            turn = run.session.turn
+            known = turn.entry(run.unstarted) if turn and run.unstarted else None
+            if turn and known and known.status == "intent" and not run.cancelled.is_set():
+                # its tool never started (the cancel came during the intent commit): not in
+                # doubt, so it leaves no review record behind
+                run.session = attrs.evolve(run.session, turn=attrs.evolve(turn, ledger=tuple(
+                    e for e in turn.ledger if e is not known)))
+                run.pending = True
             if run.pending and not run.cancelled.is_set():
                 with contextlib.suppress(_Stop, ConflictError):
                     self._commit(run, run.phase)
@@ -281,7 +238,7 @@ class AgentLoop:
 
     # ------------------------------------------------------------------ the turn
 
-    async def _drive(self, s: Session, io: _IO, *, attended: bool,
+    async def _drive(self, s: Session, io: IO, *, attended: bool,
                      resumed: bool) -> TurnResult:
         run = _Run(s, attended=attended, resumed=resumed, now=self.clock())
         with self._mu:
@@ -303,7 +260,7 @@ class AgentLoop:
                 if self._runs.get(s.id) is run:
                     del self._runs[s.id]
 
-    async def _steps(self, run: _Run, io: _IO) -> TurnResult:
+    async def _steps(self, run: _Run, io: IO) -> TurnResult:
         """The turn's steps — one logic for ``run`` and ``arun``; ``io`` says where each
         blocking step runs."""
         if run.resumed:
@@ -340,7 +297,7 @@ class AgentLoop:
         """Append the model's reply: the turn's end if it calls no tool, else its calls."""
         with run.mu:
             self._check(run)
-            calls = _unique_calls(run.session, reply.tool_calls)
+            calls = unique_calls(run.session, reply.tool_calls)
             msg = Message("assistant", reply.content, calls)
             run.session = attrs.evolve(run.session, messages=(*run.session.messages, msg))
             if not calls:
@@ -358,11 +315,17 @@ class AgentLoop:
             # left pending behind the debounce
             self._commit(run, "compaction")
 
-    async def _batch(self, run: _Run, io: _IO, calls: Sequence[ToolCall]) -> None:
+    async def _batch(self, run: _Run, io: IO, calls: Sequence[ToolCall]) -> None:
         for c in calls:
-            plan = await io.disk(self._prepare, run, c)
+            try:
+                plan = await io.disk(self._prepare, run, c)
+            except io.cancel_error:
+                run.unstarted = run.fresh_intent
+                raise
             if plan is None:
                 continue
+            if run.cancelled.is_set():  # cancelled during the intent commit: never start it
+                raise _Stop("cancelled")
             t, ctx, entry = plan
             status = "done"
             try:
@@ -380,6 +343,7 @@ class AgentLoop:
                  ) -> tuple[Tool, ToolContext, LedgerEntry | None] | None:
         """Everything before a tool call: answer it from the ledger, refuse it, or commit its
         intent (durable before the call, carrying any pending checkpoint). None: answered."""
+        run.fresh_intent = None
         self._check(run)
         sid, tid = run.session.id, run.turn_id
         key = f"{sid}:{tid}:{c.id}"
@@ -414,8 +378,10 @@ class AgentLoop:
         if t.effect != "none":
             entry = LedgerEntry(c.id, t.name, t.effect, key, "intent", self.store.clock())
             with run.mu:
-                run.session = _with_entry(run.session, entry)
+                run.session = with_entry(run.session, entry)
                 self._commit(run, "tool_intent")
+            if known is None:
+                run.fresh_intent = c.id
         return t, ctx, entry
 
     def _answer(self, run: _Run, c: ToolCall, text: str, entry: LedgerEntry | None) -> None:
@@ -423,7 +389,7 @@ class AgentLoop:
             self._check(run)
             s = run.session
             if entry is not None:
-                s = _with_entry(s, entry)
+                s = with_entry(s, entry)
             run.session = attrs.evolve(s, messages=(*s.messages,
                                                     Message("tool", text, tool_call_id=c.id)))
             if entry is not None:
@@ -550,23 +516,6 @@ class AgentLoop:
 
 
 _REBASES = 3  # a session patched this often during one commit is contended, not merely touched
-
-
-def _unique_calls(s: Session, calls: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
-    """Tool calls with ids unique in the session: a model that numbers calls per reply
-    ("call_0" every time) would otherwise have a new call answered from an old call's ledger
-    entry, and share its idempotency key. A repeated id gets a ``~n`` suffix."""
-    taken = {c.id for m in s.messages for c in m.tool_calls}
-    taken |= {m.tool_call_id for m in s.messages if m.tool_call_id}
-    out = []
-    for c in calls:
-        cid, n = c.id, 1
-        while cid in taken:
-            n += 1
-            cid = f"{c.id}~{n}"
-        taken.add(cid)
-        out.append(c if cid == c.id else attrs.evolve(c, id=cid))
-    return tuple(out)
 
 
 # the ledger queries live with the model; re-exported for the hosts that import them from here

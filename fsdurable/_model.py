@@ -10,6 +10,7 @@ with ``.replace``), re-exported here.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import attrs
@@ -125,6 +126,30 @@ class Session:
             raise ValueError("a session has a turn if and only if it is in progress")
 
 
+def with_entry(s: Session, entry: LedgerEntry) -> Session:
+    """``s`` with ``entry`` as its turn's ledger record of that tool call (replacing one)."""
+    assert s.turn is not None
+    rest = tuple(e for e in s.turn.ledger if e.tool_call_id != entry.tool_call_id)
+    return attrs.evolve(s, turn=attrs.evolve(s.turn, ledger=(*rest, entry)))
+
+
+def unique_calls(s: Session, calls: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
+    """Tool calls with ids unique in the session: a model that numbers calls per reply
+    ("call_0" every time) would otherwise have a new call answered from an old call's ledger
+    entry, and share its idempotency key. A repeated id gets a ``~n`` suffix."""
+    taken = {c.id for m in s.messages for c in m.tool_calls}
+    taken |= {m.tool_call_id for m in s.messages if m.tool_call_id}
+    out = []
+    for c in calls:
+        cid, n = c.id, 1
+        while cid in taken:
+            n += 1
+            cid = f"{c.id}~{n}"
+        taken.add(cid)
+        out.append(c if cid == c.id else attrs.evolve(c, id=cid))
+    return tuple(out)
+
+
 def unanswered_calls(s: Session) -> tuple[ToolCall, ...]:
     """Tool calls of the last assistant message that have no tool result yet."""
     for i in range(len(s.messages) - 1, -1, -1):
@@ -144,4 +169,4 @@ def in_doubt(s: Session) -> tuple[LedgerEntry, ...]:
 
 __all__ = ["EFFECTS", "LEDGER_STATUSES", "ROLES", "Effect", "Event", "LedgerEntry", "LedgerStatus",
            "Manifest", "Marker", "Message", "Session", "ToolCall", "Turn", "in_doubt",
-           "unanswered_calls"]
+           "unanswered_calls", "unique_calls", "with_entry"]

@@ -240,7 +240,7 @@ def encode_event(e: Event) -> bytes:
     try:
         return (json.dumps(d, ensure_ascii=False, separators=(",", ":"), allow_nan=False,
                            default=str) + "\n").encode()
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # NaN; or nested deeper than json can walk
         raise InvalidState(f"event is not JSON: {exc}", reason="not_json") from exc
 
 

@@ -56,7 +56,8 @@ class Host(Protocol):
 class Outcome:
     """What recovery decided (``verdict``, from the marker alone) and did (``outcome``) for one
     marker. Outcomes: resumed, failed, abandoned, review_required, superseded, repaired, kept
-    (disabled), listed (foreign), busy (route held past the timeout), planned (dry run), left
+    (disabled), listed (foreign), busy (route held — a live turn, or a resume in flight
+    elsewhere — or the turn claimed by another process since it was listed), planned (dry run), left
     (``resume=False``: would resume, left for the host), error (the disk refused a write; the
     marker stays for the next start)."""
 
@@ -381,16 +382,20 @@ def _resumed(store: Store, pol: RecoveryPolicy, claim: _Claim, result: Any,
 def _park(store: Store, s: Session, doubtful: list[Any], base: Outcome) -> Outcome:
     """An in-doubt call that a repeat could duplicate: stop the turn, never re-run it, and leave
     the facts for a human (event + ``metadata["review_required"]``)."""
+    from ._review import REVIEW, review_record
+
     assert s.turn is not None
     tid = s.turn.id
-    calls = [{"tool_call_id": e.tool_call_id, "tool": e.name, "effect": e.effect,
-              "idempotency_key": e.idempotency_key, "intent_at": e.intent_at} for e in doubtful]
+    calls: list[dict[str, Any]] = []
 
     def park(cur: Session) -> Session:
         if not cur.in_progress or cur.turn is None or cur.turn.id != tid:
             return cur
-        meta = {**cur.metadata, "review_required": {"turn_id": tid, "calls": calls,
-                                                    "at": store.clock()}}
+        # calls parked earlier and not yet answered stay in the record (one shape: _review)
+        rr = review_record(tid, doubtful, at=store.clock(), reason="in_doubt",
+                           previous=cur.metadata.get(REVIEW))
+        calls[:] = rr["calls"][-len(doubtful):]
+        meta = {**cur.metadata, REVIEW: rr}
         # every tool call keeps an answer, so the transcript stays valid for the next turn
         doubt = {e.tool_call_id for e in doubtful}
         answers = tuple(Message("tool", "outcome unknown: the process died during this call; "

@@ -8,35 +8,45 @@ host's ``fsdurable.recover(store, loop)``. ``--dry-run`` only computes the verdi
 
 from __future__ import annotations
 
-import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._errors import TurnStateError
 from .cli import Result, _age, command, open_store, table
 
+if TYPE_CHECKING:
+    import argparse
 
-def _rows(outcomes: list[Any]) -> list[list[str]]:
-    return [[o.session_id, o.verdict, _age(o.age), str(o.attempts), o.node_id,
-             o.outcome + (f" ({o.reason})" if o.reason else "")] for o in outcomes]
+
+def _judged(st: Any) -> list[dict[str, Any]]:
+    """Every interrupted turn with its verdict, from one listing of markers/ (no session read,
+    no agent loop, no attrs): what ``interrupted`` and ``recover --dry-run`` print."""
+    from ._gates import RecoveryPolicy, verdict
+
+    pol = RecoveryPolicy.from_config(st.config)
+    now = st.clock()
+    return [{"session_id": m.session_id, "turn_id": m.turn_id, "node_id": m.node_id,
+             "verdict": verdict(m, node_id=st.node_id, now=now, policy=pol),
+             "age_seconds": round(now - m.checkpoint_at, 3),
+             "resume_attempts": m.resume_attempts, "route_key": m.route_key,
+             "source": m.source, "checkpoint_at": m.checkpoint_at} for m in st.interrupted()]
+
+
+def _rows(data: list[dict[str, Any]], *, outcome: bool = False) -> list[list[str]]:
+    rows = []
+    for d in data:
+        row = [d["session_id"], d["verdict"], _age(d["age_seconds"]), str(d["resume_attempts"]),
+               d["node_id"]]
+        if outcome:
+            row.append(d["outcome"] + (f" ({d['reason']})" if d.get("reason") else ""))
+        rows.append(row)
+    return rows
 
 
 @command("interrupted")
 def _interrupted(args: argparse.Namespace) -> Result:
-    from ._gates import RecoveryPolicy, verdict
-
-    st = open_store(args)
-    pol = RecoveryPolicy.from_config(st.config)
-    now = st.clock()
-    data = []
-    for m in st.interrupted():  # one listing of markers/; sessions are never read
-        data.append({"session_id": m.session_id, "turn_id": m.turn_id, "node_id": m.node_id,
-                     "verdict": verdict(m, node_id=st.node_id, now=now, policy=pol),
-                     "age_seconds": round(now - m.checkpoint_at, 3),
-                     "resume_attempts": m.resume_attempts, "route_key": m.route_key,
-                     "source": m.source, "checkpoint_at": m.checkpoint_at})
-    rows = [[d["session_id"], d["verdict"], _age(d["age_seconds"]), str(d["resume_attempts"]),
-             d["node_id"]] for d in data]
-    text = table(rows, ["session", "verdict", "age", "attempts", "node"]) if rows else "(none)"
+    data = _judged(open_store(args))
+    text = (table(_rows(data), ["session", "verdict", "age", "attempts", "node"]) if data
+            else "(none)")
     return 0, {"interrupted": data}, text
 
 
@@ -57,13 +67,17 @@ def _recover_args(p: argparse.ArgumentParser) -> None:
 
 @command("recover", args=_recover_args)
 def _recover(args: argparse.Namespace) -> Result:
-    from ._recovery import recover
-
     st = open_store(args)
-    outcomes = list(recover(st, _NoLoop(), dry_run=args.dry_run, resume=False).outcomes)
+    if args.dry_run:  # the gates alone: as cheap as `interrupted` (recovery's `assess`)
+        data = [{**d, "outcome": "planned", "reason": None, "error": None, "status": None}
+                for d in _judged(st)]
+    else:
+        from ._recovery import recover
+
+        data = [_outcome(o) for o in recover(st, _NoLoop(), resume=False).outcomes]
     header = ["session", "verdict", "age", "attempts", "node", "outcome"]
-    text = table(_rows(outcomes), header) if outcomes else "(no interrupted turns)"
-    return 0, {"dry_run": bool(args.dry_run), "outcomes": [_outcome(o) for o in outcomes]}, text
+    text = table(_rows(data, outcome=True), header) if data else "(no interrupted turns)"
+    return 0, {"dry_run": bool(args.dry_run), "outcomes": data}, text
 
 
 def _outcome(o: Any) -> dict[str, Any]:

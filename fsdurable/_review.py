@@ -8,7 +8,7 @@ idempotency key, intent time), written by the one commit function, with an event
 A human answers per call: it **ran** (nothing more to do) or it **did not run**. Each answer is
 committed to the session (``metadata["review_answers"]``) and is an event (``review_answered``);
 a session leaves the queue when every call has an answer. Only a call answered "did not run" may
-be run again, and only on an explicit request (``rerun``): attended (a human asked for it now),
+be run again, and only on an explicit request (``rerun_call``): attended (a human asked for it now),
 with the call's original idempotency key, once; its result is committed and is an event
 (``review_rerun``).
 """
@@ -77,7 +77,7 @@ def parked(s: Session) -> list[dict[str, Any]]:
     return out
 
 
-def queue(store: Store) -> list[dict[str, Any]]:
+def review_queue(store: Store) -> list[dict[str, Any]]:
     """Every call still waiting for a human's answer, in every session (reads every session)."""
     out: list[dict[str, Any]] = []
     for sid in store.sessions():
@@ -89,8 +89,9 @@ def queue(store: Store) -> list[dict[str, Any]]:
     return out
 
 
-def answer(store: Store, session_id: str, *, ran: bool, tool_call_id: str | None = None,
-           note: str | None = None) -> list[dict[str, Any]]:
+def answer_review(store: Store, session_id: str, *, ran: bool,
+                  tool_call_id: str | None = None, note: str | None = None
+                  ) -> list[dict[str, Any]]:
     """Record a human's answer for one parked call (or every unanswered one when the session has
     a single call, or ``tool_call_id`` is None and all share the answer). Returns the calls
     answered. A call answered once keeps its answer: answering it again is refused."""
@@ -138,7 +139,7 @@ def answer(store: Store, session_id: str, *, ran: bool, tool_call_id: str | None
     return done
 
 
-def rerun(store: Store, loop: Any, session_id: str, tool_call_id: str) -> str:
+def rerun_call(store: Store, loop: Any, session_id: str, tool_call_id: str) -> str:
     """Run a call again that a human answered "did not run": attended, with its original
     idempotency key, once. The result is committed (``metadata["review_answers"]``) and is an
     event. Anything else — no answer, "ran", already re-run — is refused."""
@@ -201,3 +202,6 @@ def _closed_or_open_calls(s: Session) -> list[dict[str, Any]]:
             out += [{"turn_id": rr.get("turn_id"), **c} for c in rr["calls"]
                     if isinstance(c, dict)]
     return out
+
+
+__all__ = ["answer_review", "parked", "rerun_call", "review_queue", "review_record"]

@@ -63,7 +63,7 @@ def _review(args: argparse.Namespace) -> Result:
     if args.session_id is None:
         if args.ran or args.did_not_run or args.rerun:
             usage("say which session: fsdurable review SESSION_ID --ran|--did-not-run")
-        waiting = _review.queue(st)
+        waiting = _review.review_queue(st)
         text = (table(_rows(waiting, now), HEADER) + "\nanswer with: fsdurable review SESSION_ID "
                 "--ran | --did-not-run [--call TOOL_CALL_ID]") if waiting else \
             "(nothing waits for review)"
@@ -71,8 +71,8 @@ def _review(args: argparse.Namespace) -> Result:
     data: dict[str, Any] = {"session_id": args.session_id}
     lines: list[str] = []
     if args.ran or args.did_not_run:
-        done = _review.answer(st, args.session_id, ran=args.ran, tool_call_id=args.tool_call_id,
-                              note=args.note)
+        done = _review.answer_review(st, args.session_id, ran=args.ran,
+                                     tool_call_id=args.tool_call_id, note=args.note)
         data["answered"] = done
         lines += [f"recorded: {c['tool_call_id']} ({c.get('tool')}) "
                   f"{'ran' if args.ran else 'did not run'}" for c in done]
@@ -80,7 +80,7 @@ def _review(args: argparse.Namespace) -> Result:
         from ._sync_cli import _host
 
         cid = args.tool_call_id or _only_did_not_run(st, args.session_id)
-        result = _review.rerun(st, _host(args.host, st), args.session_id, cid)
+        result = _review.rerun_call(st, _host(args.host, st), args.session_id, cid)
         data["rerun"] = {"tool_call_id": cid, "result": result}
         lines.append(f"ran {cid} again (attended, same idempotency key): {result}")
     s = st.load(args.session_id)

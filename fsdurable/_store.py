@@ -21,6 +21,7 @@ from . import _events as ev
 from ._config import DEFAULT_CONFIG, Config
 from ._errors import (
     ConflictError,
+    DurabilityUnknown,
     FsDurableError,
     InvalidState,
     SessionNotFound,
@@ -28,12 +29,13 @@ from ._errors import (
     TurnStateError,
     UnreadableState,
 )
-from ._layout import Layout, new_id, own_id, state_dir, validate_session_id
+from ._layout import Layout, new_id, own_id, state_dir, validate_node_id, validate_session_id
 from ._recordcodec import encode_manifest, encode_marker, parse_manifest
 from ._records import Event, Manifest, Marker
 
 if TYPE_CHECKING:
     from ._model import Session
+    from ._watch import Change, StopEvent
 
 # Opening a store and listing its markers imports only the standard library (DESIGN.md "Layers",
 # tests/test_startup_imports.py): attrs, the model and the session codec are imported where a
@@ -48,9 +50,6 @@ def _evolve(inst: _T, **changes: Any) -> _T:
     new: _T = attrs.evolve(inst, **changes)  # type: ignore[misc]
     return new
 
-
-if TYPE_CHECKING:
-    from ._watch import Change, StopEvent
 
 StatKey = tuple[int, int, int, int, int]
 # A file's stat is trusted as "unchanged since we read or wrote it" only once its mtime is older
@@ -106,7 +105,7 @@ class Store:
         self.config = config
         self.clock = clock
         self._durable = config.fsync
-        self._node_id = validate_session_id(node_id) if node_id is not None else None
+        self._node_id = validate_node_id(node_id) if node_id is not None else None
         self._mu = threading.Lock()
         self._seen: dict[str, _Seen] = {}  # session id -> what we last read or wrote
         self._marks: dict[str, tuple[StatKey, Marker]] = {}  # markers this store read or wrote
@@ -149,7 +148,7 @@ class Store:
         if self._node_id is None:
             from ._layout import node_id
 
-            self._node_id = node_id()
+            self._node_id = node_id(self.root)
         return self._node_id
 
     @property
@@ -208,17 +207,20 @@ class Store:
 
     @contextmanager
     def _commit_lock(self, sid: str, timeout: float | None = None) -> Iterator[None]:
+        # keyed by the lower-cased id: where the filesystem ignores case, "Bob" and "bob" are one
+        # file, so they must be one lock (elsewhere sharing it costs nothing)
+        key = sid.lower()
         held: set[str] = self._held.__dict__.setdefault("ids", set())
-        if sid in held:  # re-entered by a patch that migrates or quarantines
+        if key in held:  # re-entered by a patch that migrates or quarantines
             yield
             return
         t = self.config.commit_lock_timeout if timeout is None else timeout
-        with self._lockdir().hold("commit", sid, timeout=t, session_id=sid):
-            held.add(sid)
+        with self._lockdir().hold("commit", key, timeout=t, session_id=sid):
+            held.add(key)
             try:
                 yield
             finally:
-                held.discard(sid)
+                held.discard(key)
 
     # ------------------------------------------------------------------ reading
 
@@ -229,7 +231,16 @@ class Store:
         return ids
 
     def exists(self, session_id: str) -> bool:
-        return _fsio.lstat(self.layout.session(validate_session_id(session_id))) is not None
+        """Is there a session file of exactly this id? (Where the filesystem ignores case, a
+        file of an id differing only by case answers the name too: that one is not it.)"""
+        sid = validate_session_id(session_id)
+        st = _fsio.lstat(self.layout.session(sid))
+        if st is None:
+            return False
+        if sid == sid.swapcase() or _fsio.lstat(self.layout.session(sid.swapcase())) is None:
+            return True  # no letters, or the name's case matters here: the name is exact
+        # both spellings answer (exfat-fuse even gives each its own inode number): one listing
+        return sid + ".json" in _fsio.list_names(self.layout.sessions)
 
     def load(self, session_id: str) -> Session:
         """The session as on disk. An unreadable file is quarantined (with an event) and raises
@@ -253,6 +264,8 @@ class Store:
             self._forget(sid)
             return None
         except UnreadableState as e:  # moved aside only if it is still the file judged
+            if e.reason == "wrong_id":
+                self._refuse_case_alias(sid)
             where = self.quarantine(path, kind="session", reason=e.reason or "unreadable",
                                     session_id=sid, code=ev.SESSION_QUARANTINED, expect=st)
             raise UnreadableState(f"{e.message}; moved to {where}", path=where or path,
@@ -266,6 +279,23 @@ class Store:
                 s = self._commit_locked(s, s.version)
             self.emit(ev.SESSION_MIGRATED, session_id=sid, version=s.version)
         return s
+
+    def _refuse_case_alias(self, sid: str) -> None:
+        """On a case-insensitive filesystem (macOS and Windows defaults, exFAT) ``chat.json``
+        opens ``Chat.json``: another session's good file, never to be moved. SessionNotFound
+        (reason ``case_collision``) if ``sid``'s name is taken by an id differing only by case
+        (one listing, on this rare path only)."""
+        want = sid + ".json"
+        names = _fsio.list_names(self.layout.sessions)
+        if want in names:
+            return  # the exact name exists: a genuinely wrong file
+        other = next((n for n in names if n.lower() == want.lower()), None)
+        if other is not None:
+            raise SessionNotFound(
+                f"no session {sid!r}: its file name is taken by session {other[:-5]!r} (this "
+                "filesystem ignores case in names; ids that differ only by case are one file)",
+                session_id=sid, path=os.path.join(self.layout.sessions, other),
+                reason="case_collision")
 
     def _load_or_none(self, sid: str) -> Session | None:
         """The session, or None if it is missing or unreadable (then quarantined, an event)."""
@@ -304,6 +334,9 @@ class Store:
             if _fsio.lstat(path) is not None:
                 raise  # it could not be moved aside: never write over it
             return 0, ""  # quarantined: nothing is there any more
+        except SessionNotFound as e:  # the name is another session's (case-insensitive fs)
+            raise ConflictError(e.message, session_id=sid, path=e.path,
+                                reason="case_collision") from e
         return (s.version, s.commit_id) if s is not None else (0, "")
 
     def _prefix_matches(self, path: str, seen: _Seen) -> bool:
@@ -439,16 +472,44 @@ class Store:
                 f"session {sid!r} would be {len(data)} bytes, over max_file_bytes "
                 f"({self.config.max_file_bytes}): compact it", session_id=sid,
                 reason="too_large")
+        mdata = b""
+        if m is not None:  # every marker a commit writes is one discovery reads: checked first
+            mdata = encode_marker(m)
+            cap = _discovery.marker_cap(self.config.max_file_bytes)
+            if len(mdata) > cap:
+                raise InvalidState(
+                    f"the marker of session {sid!r} would be {len(mdata)} bytes, over the {cap} "
+                    f"discovery reads (source {len(m.source)}, route_key {len(m.route_key)}, "
+                    f"turn id {len(m.turn_id)} characters)", session_id=sid, reason="too_large")
         mpath = self.layout.marker(sid)
         if m is not None:
-            mst = _fsio.write_atomic(mpath, encode_marker(m), durable=self._durable)
+            try:
+                mst = _fsio.write_atomic(mpath, mdata, durable=self._durable)
+            except DurabilityUnknown as e:  # the marker is in place; the session is not written
+                with self._mu:
+                    self._marks[sid] = (_key(e.stat), m)
+                raise StorageError(f"session {sid!r} was not committed: {e.message}",
+                                   path=mpath, session_id=sid, reason=e.reason,
+                                   errno=e.errno) from e
             with self._mu:
                 self._marks[sid] = (_key(mst), m)
-        st = _fsio.write_atomic(self.layout.session(sid), data, durable=self._durable)
+        try:
+            st = _fsio.write_atomic(self.layout.session(sid), data, durable=self._durable)
+        except DurabilityUnknown as e:  # renamed: committed, say so (the caller never retries)
+            with self._mu:
+                self._seen[sid] = _Seen(e.stat, s)
+            e.session, e.session_id = s, sid
+            e.message = (f"session {sid!r} was committed at version {s.version} (err.session), "
+                         f"but {e.message}")
+            raise
         with self._mu:
             self._seen[sid] = _Seen(st, s)
+        # committed (the session's rename and its directory fsync are done): from here nothing
+        # raises as if it had not. A marker the disk refuses to remove is an orphan, the harmless
+        # reverse gap recovery and doctor repair.
         if not s.in_progress and _fsio.lstat(mpath) is not None:
-            _fsio.unlink(mpath, durable=self._durable)
+            with contextlib.suppress(OSError):
+                _fsio.unlink(mpath, durable=self._durable)
             with self._mu:
                 self._marks.pop(sid, None)
         return s
@@ -517,7 +578,14 @@ class Store:
         s = Session(id=sid, created_at=now, updated_at=now, source=source,
                     route_key=route_key if route_key is not None else f"session:{sid}",
                     metadata=dict(metadata or {}))
-        return self.commit(s, 0)
+        try:
+            return self.commit(s, 0)
+        except ConflictError as e:
+            if e.reason == "case_collision":  # its own message names the other id
+                raise
+            raise ConflictError(f"session {sid!r} already exists (load it, or create another "
+                                "id)", expected=0, actual=e.actual, session_id=sid,
+                                reason="exists") from e
 
     def save(self, session: Session) -> Session:
         """Full save of a session loaded (or last returned) at ``session.version``."""
@@ -570,8 +638,12 @@ class Store:
 
         def start(s: Session) -> Session:
             if s.in_progress:
-                raise TurnStateError(f"session {s.id!r} already has a turn in progress",
-                                     session_id=s.id, reason="in_progress")
+                running = s.turn.id if s.turn else "?"
+                raise TurnStateError(
+                    f"session {s.id!r} already has a turn in progress (turn {running}): wait for "
+                    f"it, stop it with `fsdurable cancel {s.id}`, or if its process died let "
+                    "`fsdurable recover` (or the host's recover) settle it",
+                    session_id=s.id, reason="in_progress")
             now = self.clock()
             msgs = s.messages + ((Message(role, content),) if content is not None else ())
             return _evolve(s, in_progress=True, messages=msgs,

@@ -41,6 +41,8 @@ def _show(args: argparse.Namespace) -> Result:
 
     s = open_store(args).load(args.session_id)
     d = session_to_dict(s)
+    if isinstance(d.get("turn"), dict):  # one vocabulary: turn_id, as everywhere else
+        d["turn"] = {"turn_id": d["turn"].pop("id"), **d["turn"]}
     d = {"session_id": d.pop("id"), **d,
          "review_required": [c for c in parked(s) if c["answer"] is None]}
     state = "no turn in progress"

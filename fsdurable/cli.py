@@ -8,23 +8,27 @@ user data dir. Every command but ``init`` refuses a path that holds no store.
 
 Start-up is a script's: the command table below names each command's module and help, and only
 the chosen command's module is imported (``fsdurable interrupted --json`` loads no sync, loop,
-asyncio or attrs); ``fsdurable --help`` lists the commands from the table alone.
+asyncio or attrs); ``fsdurable --help`` lists the commands from the table alone. The usual
+shapes of the start-up commands (``interrupted``, ``recover --dry-run``) are parsed without
+argparse; anything else goes through it.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 OK, PROBLEMS, USAGE, INTERNAL = 0, 1, 2, 3
 
 # A handler gets the parsed args and returns (exit code, data for --json, text for humans).
 Result = tuple[int, Any, str]
-Handler = Callable[[argparse.Namespace], Result]
-ArgsFn = Callable[[argparse.ArgumentParser], None]
+if TYPE_CHECKING:
+    import argparse
+
+    Handler = Callable[[argparse.Namespace], Result]
+    ArgsFn = Callable[[argparse.ArgumentParser], None]
 
 # name -> (module that registers it with @command, one-line help). Lazy: nothing else is imported.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -97,6 +101,8 @@ def open_store(args: argparse.Namespace, *, create: bool = False) -> Any:
 
 def non_negative(text: str) -> int:
     """argparse type: an integer >= 0 (``events --limit -3`` is a usage error)."""
+    import argparse
+
     try:
         n = int(text)
     except ValueError:
@@ -127,6 +133,8 @@ def table(rows: list[list[str]], header: list[str]) -> str:
 
 
 def _common() -> argparse.ArgumentParser:
+    import argparse
+
     common = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     common.add_argument("--root", default=argparse.SUPPRESS, metavar="DIR",
                         help="store directory (default: $FSDURABLE_ROOT, else the user data dir)")
@@ -145,6 +153,8 @@ def _version() -> str:
 
 def _parser(only: str | None) -> argparse.ArgumentParser:
     """The parser; with ``only``, just that command's arguments are built (its module loaded)."""
+    import argparse
+
     common = _common()
     p = argparse.ArgumentParser(prog="fsdurable", parents=[common], allow_abbrev=False,
                                 description="Crash-durable agent turns on plain files. Exit "
@@ -181,6 +191,43 @@ def _command_name(argv: Sequence[str]) -> str | None:
     return None
 
 
+# Start-up commands: {name: {flag: attribute}} for the shapes ``_fast`` parses.
+_FAST: dict[str, dict[str, str]] = {"interrupted": {}, "recover": {"--dry-run": "dry_run"}}
+
+
+def _fast(argv: Sequence[str]) -> Any:
+    """The start-up commands' usual shapes (the command, its flags, ``--root DIR``/``--root=DIR``,
+    ``--json``, ``--debug``) parsed as argparse would, without importing or building it (that
+    costs a visible share of a script's start); None for anything else (help, a typo, an
+    unknown flag), which argparse then parses and reports."""
+    ns: dict[str, Any] = {"command": None, "root": None, "json": False, "debug": False}
+    flags: dict[str, str] | None = None
+    it = iter(argv)
+    for a in it:
+        if a == "--root":
+            value = next(it, None)
+            if value is None or value.startswith("-"):
+                return None
+            ns["root"] = value
+        elif a.startswith("--root="):
+            ns["root"] = a[len("--root="):]
+        elif a in ("--json", "--debug"):
+            ns[a[2:]] = True
+        elif flags is None and a in _FAST:
+            flags = _FAST[a]
+            ns["command"] = a
+            ns.update(dict.fromkeys(flags.values(), False))
+        elif flags is not None and a in flags:
+            ns[flags[a]] = True
+        else:
+            return None
+    if flags is None:
+        return None
+    import types
+
+    return types.SimpleNamespace(**ns)
+
+
 def _load(name: str | None) -> None:
     """Import the module of command ``name`` (every command module when it is unknown)."""
     import importlib
@@ -204,27 +251,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (0 ok, 1 problems, 2 usage, 3 internal error)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    name = _command_name(argv)
-    help_only = name is None or any(a in ("-h", "--help", "--version") for a in argv)
     try:
-        if name is not None and (name in COMMANDS or not help_only):
-            _load(name)
-        p = _parser(name if name in _HANDLERS else None)
-        try:
-            args = p.parse_args(argv)
-        except SystemExit as e:
-            return int(e.code) if isinstance(e.code, int) else USAGE
-        args.root = getattr(args, "root", None)
-        args.json = getattr(args, "json", False)
-        args.debug = debug
-        if not args.command:
-            p.print_help(sys.stderr)
-            return USAGE
-        return _run(args)
+        return _main(argv, debug)
     except Exception as e:  # a bug: never a bare traceback with exit 1 ("problems found")
         _fail(debug, f"internal error: {type(e).__name__}: {e} (--debug shows the traceback; "
                      "please report it)", e)
         return INTERNAL
+
+
+def _main(argv: list[str], debug: bool) -> int:
+    fast = _fast(argv)
+    if fast is not None:
+        _load(fast.command)
+        return _run(fast)
+    name = _command_name(argv)
+    help_only = name is None or any(a in ("-h", "--help", "--version") for a in argv)
+    if name is not None and (name in COMMANDS or not help_only):
+        _load(name)
+    p = _parser(name if name in _HANDLERS else None)
+    try:
+        args = p.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code) if isinstance(e.code, int) else USAGE
+    args.root = getattr(args, "root", None)
+    args.json = getattr(args, "json", False)
+    args.debug = debug
+    if not args.command:
+        p.print_help(sys.stderr)
+        return USAGE
+    return _run(args)
 
 
 def _run(args: argparse.Namespace) -> int:

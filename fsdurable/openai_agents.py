@@ -26,7 +26,6 @@ under ``metadata["openai_agents"]["run"]``: both change in the same atomic commi
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -35,11 +34,10 @@ import attrs
 
 from . import _events as ev
 from ._aio import run_sync
-from ._async import AsyncStore
+from ._async import AsyncStore, StoreLike, as_store
 from ._errors import InvalidState, SessionNotFound, TurnStateError, UnreadableState
 from ._layout import new_id, validate_session_id
 from ._model import LedgerEntry, Session
-from ._store import Store
 
 if TYPE_CHECKING:
     from ._recovery import RecoveryPolicy, RecoveryReport
@@ -49,14 +47,6 @@ SOURCE = "openai-agents"  # the session's source: recovery selects its markers b
 EFFECTS = ("none", "idempotent", "external")
 
 Item = Any  # agents.items.TResponseInputItem: a JSON object
-
-
-def _open(store: Store | AsyncStore | str | os.PathLike[str] | None) -> AsyncStore:
-    if isinstance(store, AsyncStore):
-        return store
-    if isinstance(store, Store):
-        return AsyncStore(store)
-    return AsyncStore(Store(store))
 
 
 def _ns(s: Session | None) -> dict[str, Any]:
@@ -93,11 +83,11 @@ class FileSession:
     """An Agents SDK ``Session`` stored in an fsdurable store (``store``: a ``Store``, an
     ``AsyncStore`` or a root path; default ``$FSDURABLE_ROOT``)."""
 
-    def __init__(self, session_id: str, store: Store | AsyncStore | str | os.PathLike[str] |
-                 None = None, *, session_settings: Any = None) -> None:
+    def __init__(self, session_id: str, store: StoreLike = None, *,
+                 session_settings: Any = None) -> None:
         self.session_id = validate_session_id(session_id)
         self.session_settings = session_settings
-        self.astore = _open(store)
+        self.astore = store if isinstance(store, AsyncStore) else AsyncStore(as_store(store))
         self.store = self.astore.store
 
     def __repr__(self) -> str:
@@ -412,7 +402,7 @@ class _Host:
         return await _drive(r, agent, start, attended=False, runner_kwargs=self.runner_kwargs)
 
 
-async def recover(agent: Any, store: Store | AsyncStore | str | os.PathLike[str] | None = None,
+async def recover(agent: Any, store: StoreLike = None,
                   *, effects: Mapping[str, str] | None = None,
                   policy: RecoveryPolicy | None = None, debounce: float | None = None,
                   select: Callable[[Any], bool] | None = None,
@@ -426,7 +416,7 @@ async def recover(agent: Any, store: Store | AsyncStore | str | os.PathLike[str]
     from ._recovery import recover as recover_sync
 
     _check(runner_kwargs)
-    astore = _open(store)
+    astore = store if isinstance(store, AsyncStore) else AsyncStore(as_store(store))
     host = _Host(asyncio.get_running_loop(), agent, astore, effects or {}, debounce,
                  runner_kwargs)
 

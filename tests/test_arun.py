@@ -223,3 +223,46 @@ def test_arecover_awaits_a_hosts_async_resume_claimed_and_applies_the_gates(root
     rep = asyncio.run(arecover(store, Host()))
     assert [(o.session_id, o.outcome, o.reason) for o in rep.outcomes] == [
         ("fresh", "abandoned", "stale"), ("old", "abandoned", "stale")]
+
+
+def test_arun_cancelled_during_a_commit_finishes_it_then_cancels(root: Path) -> None:
+    """The task is cancelled while the intent commit of an effectful tool is in flight in its
+    worker thread: the commit completes whole (shielded), the tool never runs, then the turn is
+    cancelled."""
+    store = Store(root)
+    store.create("s")
+    in_commit, release = threading.Event(), threading.Event()
+    real = store.checkpoint
+
+    def slow_checkpoint(session: fsdurable.Session, *, phase: str | None = None
+                        ) -> fsdurable.Session:
+        if phase == "tool_intent":
+            in_commit.set()
+            release.wait(10)
+        return real(session, phase=phase)
+
+    store.checkpoint = slow_checkpoint  # type: ignore[method-assign]
+    ran: list[str] = []
+    model = ScriptedModel([Reply("", [call("pay", "p1")])])
+    loop = AgentLoop(store, model, [Tool("pay", lambda ctx: ran.append("pay") or "paid",
+                                         effect="external")])
+
+    async def main_() -> bool:
+        task = asyncio.create_task(loop.arun("s", "go"))
+        await asyncio.to_thread(in_commit.wait, 10)
+        task.cancel()
+        await asyncio.sleep(0.1)
+        still_running = not task.done()  # the shielded commit holds the cancellation back
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return still_running
+
+    assert asyncio.run(main_())
+    assert ran == []
+    s = store.load("s")
+    assert not s.in_progress and store.read_marker("s") is None
+    # create, begin, the intent commit (whole), the intent withdrawn (its tool never started:
+    # nothing is in doubt, so no review record), the cancel
+    assert s.version == 5 and "review_required" not in s.metadata
+    assert [e.code for e in store.events("s")] == ["turn_started", "turn_cancelled"]

@@ -117,6 +117,31 @@ def test_every_twin_works_and_runs_off_the_loop(root: Path) -> None:
     run(main())
 
 
+# what is not an awaitable twin, and why (everything else on Store must have one)
+NOT_TWINS = {
+    "log": "the in-memory event log object; its disk reads are events()",
+    "commit_lock": "a thread-bound re-entrant lock for sync read-modify-write; use patch()",
+    "watch": "awatch()",
+}
+
+
+def test_every_public_store_operation_has_a_twin() -> None:
+    public = [n for n in vars(Store) if not n.startswith("_")]
+    missing = [n for n in public if n not in NOT_TWINS and not hasattr(AsyncStore, n)]
+    assert missing == []
+    import inspect
+
+    for n in public:
+        if n in NOT_TWINS or isinstance(inspect.getattr_static(Store, n), property):
+            continue
+        assert inspect.iscoroutinefunction(getattr(AsyncStore, n)) or n in ("lock",
+                                                                             "subscribe"), n
+        # the same arguments, by the same names (Store.read_marker's ``sid`` is ``session_id``)
+        names = [{"sid": "session_id"}.get(x, x) for x in inspect.signature(getattr(Store, n))
+                 .parameters]
+        assert names == list(inspect.signature(getattr(AsyncStore, n)).parameters), n
+
+
 # ---------------------------------------------------------------------------------- the lock
 
 

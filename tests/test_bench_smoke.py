@@ -15,7 +15,8 @@ from typing import Any
 
 from .conftest import PYTHON, REPO, subprocess_env
 
-PARTS = ("startup", "discovery", "commit", "growth", "memory", "looplag", "langgraph")
+PARTS = ("startup", "discovery", "commit", "growth", "memory", "looplag", "adapters",
+         "langgraph")
 
 
 def stats_ok(r: dict[str, Any]) -> bool:
@@ -48,6 +49,8 @@ def test_quick_bench_completes_and_writes_valid_json(tmp_path: Path) -> None:
     assert docs["memory"]["rows"][0]["fsdurable"]["found"] == 10
     lag = docs["looplag"]["results"]
     assert all(stats_ok(lag[m]["lag"]) for m in ("async", "sync"))
+    ad = docs["adapters"]
+    assert stats_ok(ad["results"]["interpreter"]) and stats_ok(ad["results"]["openai_agents"])
     lg = docs["langgraph"]
     assert all(stats_ok(v) for part in ("put", "get_tuple") for v in lg["put_get"][part].values())
     assert lg["chat"]["results"]["fsdurable"]["bytes_on_disk"] > 0

@@ -67,6 +67,16 @@ def test_root_that_is_a_file_or_unreadable_is_one_line(tmp_path: Path,
     assert code == 2 and "is a file" in err
 
 
+def test_an_unreadable_root_is_one_line(root: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    Store(root)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda p, m, **kw: False if str(p) == str(root)
+                        else real(p, m, **kw))  # as a non-root user would see a 0000 directory
+    code, _, err = run(capsys, "sessions", "--root", str(root))
+    assert code == 2 and "permission denied" in err and len(err.strip().splitlines()) == 1
+
+
 def test_internal_error_has_its_own_exit_code(root: Path, monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     Store(root)
@@ -147,14 +157,17 @@ def test_schema_command_prints_the_shipped_schemas(capsys: pytest.CaptureFixture
     assert main(["schema", "nope"]) == 2
 
 
-def test_interrupted_imports_only_what_it_needs(root: Path) -> None:
-    """Lazy sub-commands: listing interrupted turns loads no other command's module."""
+@pytest.mark.parametrize("argv", [["interrupted", "--json"], ["recover", "--dry-run", "--json"]],
+                         ids=lambda a: " ".join(a))
+def test_the_startup_commands_import_only_what_they_need(argv: list[str], root: Path) -> None:
+    """Lazy sub-commands: listing interrupted turns (or their dry-run verdicts) loads no other
+    command's module, no agent loop, no attrs, no asyncio."""
     st = Store(root)
     st.create("a")
     st.begin_turn("a", "hi")
     code = ("import sys, io, contextlib\nfrom fsdurable.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
-            f"    rc = main(['interrupted', '--json', '--root', {str(root)!r}])\n"
+            f"    rc = main({[*argv, '--root', str(root)]!r})\n"
             "print(rc, ' '.join(sorted(sys.modules)))")
     r = subprocess.run([PYTHON, "-c", code], env=subprocess_env(), capture_output=True,
                        text=True, timeout=60)
@@ -162,7 +175,8 @@ def test_interrupted_imports_only_what_it_needs(root: Path) -> None:
     assert rc == "0", r.stderr
     loaded = set(mods.split())
     for heavy in ("fsdurable._sync", "fsdurable._sync_cli", "fsdurable.demo", "fsdurable._watch",
-                  "fsdurable._store_cli", "fsdurable._doctor", "watchfiles"):
+                  "fsdurable._store_cli", "fsdurable._doctor", "fsdurable._recovery",
+                  "fsdurable._loop", "watchfiles", "attrs", "cattrs", "asyncio", "ssl"):
         assert heavy not in loaded, heavy
 
 
@@ -178,3 +192,71 @@ def test_demo_runs_in_a_temporary_store_of_its_own(tmp_path: Path) -> None:
     assert not real.exists()  # the user's store was never touched
     assert not os.path.exists(data["root"])  # the temporary store is gone
     assert os.listdir(tmp_path / "tmp") == []
+
+
+FAST_SHAPES = [
+    ["interrupted"], ["interrupted", "--json"], ["--root", "R", "interrupted", "--json"],
+    ["interrupted", "--root", "R"], ["--root=R", "interrupted"], ["interrupted", "--root="],
+    ["--json", "--root", "A", "interrupted", "--root", "B", "--debug"],
+    ["recover", "--dry-run", "--json"], ["--root", "R", "recover", "--json", "--dry-run"],
+    ["recover"], ["recover", "--dry-run", "--dry-run"],
+    # not fast: argparse parses (or reports) these
+    ["--dry-run", "recover"], ["interrupted", "--dry-run"], ["interrupted", "-h"],
+    ["interrupted", "--root"], ["interrupted", "--root", "--json"], ["interrupted", "x"],
+    ["recover", "--dry"], ["--version"], [], ["sessions"], ["interrupted", "interrupted"],
+    ["interrupted", "--"],
+]
+
+
+@pytest.mark.parametrize("argv", FAST_SHAPES, ids=lambda a: " ".join(a) or "(none)")
+def test_the_fast_parser_agrees_with_argparse(argv: list[str]) -> None:
+    fast = cli._fast(argv)
+    if fast is None:
+        return  # argparse's business
+    for name in cli._FAST:
+        cli._load(name)
+    args = cli._parser(fast.command).parse_args(argv)
+    want = {"root": None, "json": False, "debug": False, **vars(args)}
+    assert vars(fast) == want
+
+
+def test_the_fast_path_never_imports_argparse(root: Path) -> None:
+    Store(root)
+    code = ("import sys, io, contextlib\nfrom fsdurable.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    a = main(['interrupted', '--json', '--root', {str(root)!r}])\n"
+            f"    b = main(['--root={root}', 'recover', '--dry-run'])\n"
+            "print(a, b, 'argparse' in sys.modules)")
+    r = subprocess.run([PYTHON, "-c", code], env=subprocess_env(), capture_output=True,
+                       text=True, timeout=60)
+    assert r.stdout.split() == ["0", "0", "False"], r.stderr
+
+
+def _walk(x: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    if isinstance(x, dict):
+        out.append((path, x))
+        for k, v in x.items():
+            if k != "messages":  # the transcript is the file format (tool calls carry an id)
+                out += _walk(v, f"{path}.{k}")
+    elif isinstance(x, list):
+        for v in x:
+            out += _walk(v, f"{path}[]")
+    return out
+
+
+def test_every_json_output_speaks_one_vocabulary(root: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    st = Store(root)
+    for sid in ("idle", "busy"):
+        st.create(sid)
+    st.begin_turn("busy", "go")
+    r = str(root)
+    for argv in (["init"], ["sessions"], ["show", "busy"], ["interrupted"],
+                 ["recover", "--dry-run"], ["events"], ["doctor"], ["conflicts"], ["node"],
+                 ["review"], ["cancel", "busy"], ["recover"]):
+        code, out, err = run(capsys, *argv, "--root", r, "--json")
+        assert code in (0, 1), (argv, err)
+        for where, d in _walk(out):
+            assert "id" not in d, (argv, where)  # always session_id / turn_id / node_id ...
+            assert not {"idle", "busy"} & set(d), (argv, where)  # lists, not maps by id

@@ -202,7 +202,7 @@ SESSION_MUTATIONS = [
     ("version", ..., "missing_field"),
     ("version", 0, "wrong_value"),
     ("version", -4, "wrong_value"),
-    ("version", 2**64, "wrong_type"),  # beyond 64 bits orjson reads a float: refused, not rounded
+    ("version", 2**64, "wrong_value"),  # read exactly (not as orjson's float), out of range
     ("id", 7, "wrong_type"),
     ("id", ..., "wrong_type"),
     ("created_at", True, "wrong_type"),

@@ -429,15 +429,3 @@ def test_run_refuses_a_second_turn_and_bad_arguments(tmp_path: Path) -> None:
 
     run(main())
     assert store.load("busy").metadata == {}  # the interrupted turn's record was not touched
-
-
-def test_import_fsdurable_imports_no_framework() -> None:
-    code = ("import sys, fsdurable\n"
-            "fsdurable.Store; fsdurable.AsyncStore\n"
-            "bad = [m for m in ('agents', 'pydantic_ai', 'claude_agent_sdk', 'langgraph',"
-            " 'langchain_core', 'openai') if m in sys.modules]\n"
-            "print(bad)")
-    out = subprocess.run([PYTHON, "-c", code], env=subprocess_env(), capture_output=True,
-                         text=True, timeout=60, check=True)
-    assert out.stdout.strip() == "[]"
-

@@ -130,6 +130,8 @@ USER_CODE = textwrap.dedent('''
     n: int = recover(store, loop).count("resumed")
     err: type[fsdurable.FsDurableError] = fsdurable.SessionNotFound
     version: str = fsdurable.__version__
+    waiting = fsdurable.review_queue(store)
+    done = fsdurable.answer_review(store, "a", ran=True)
 ''')
 
 
@@ -146,3 +148,26 @@ def test_mypy_strict_users_see_every_public_name_exported(tmp_path: Path) -> Non
                        cwd=tmp_path,
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_an_environment_bug_never_quarantines_a_valid_session(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """cattrs below the floor (no ``Converter.get_structure_hook``, as in 23.2) made every valid
+    session "unreadable" and moved it to quarantine. Only the codec's own findings quarantine."""
+    import cattrs
+
+    from fsdurable import Store, _codec
+
+    st = Store(root)
+    st.create("a")
+    st.begin_turn("a", "hello")  # a turn with messages: the tuple hooks run
+    path = st.layout.session("a")
+    monkeypatch.setattr(_codec, "_converter", None)  # rebuilt with the "old" cattrs
+    owner = next(k for k in cattrs.Converter.__mro__ if "get_structure_hook" in vars(k))
+    monkeypatch.delattr(owner, "get_structure_hook")
+    with pytest.raises(AttributeError):
+        Store(root).load("a")
+    assert os.path.exists(path) and os.listdir(st.layout.quarantine) == []
+    monkeypatch.undo()
+    monkeypatch.setattr(_codec, "_converter", None)
+    assert Store(root).load("a").in_progress

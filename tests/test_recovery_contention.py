@@ -20,7 +20,7 @@ from fsdurable import AgentLoop, recover
 root, go, out = sys.argv[1:4]
 
 def model(transcript, specs):
-    time.sleep(0.3)
+    time.sleep(1.0)  # longer than a loaded machine may delay one process's listing
     raise ConnectionError("provider down")
 
 store = fsdurable.Store(root)

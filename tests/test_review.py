@@ -137,3 +137,27 @@ def test_a_cancel_while_an_effectful_tool_runs_keeps_the_call_for_review(
     assert any(e.code == ev.REVIEW_REQUIRED and e.reason == "cancelled" for e in st.events("s"))
     code, out = run(capsys, "review", "--root", str(root))
     assert code == 1 and out["review"][0]["arguments"] == {"amount": 7}
+
+
+def test_a_second_park_keeps_the_first_unanswered_call(
+        root: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Parked calls accumulate until answered: a later park (recovery) never overwrites an
+    earlier one (a cancel) that nobody has answered yet."""
+    world = tmp_path / "world"
+    charge_killed_mid_call(root, world, "order")  # parked by recovery: c1 of turn 1
+    st = Store(root)
+    assert [c["tool_call_id"] for c in st.load("order").metadata["review_required"]["calls"]
+            ] == ["c1"]
+    env = subprocess_env(**{KILL_ENV: "charge_card"})  # the same session's next turn dies too
+    p = subprocess.run([PYTHON, "-c", (
+        "import sys; from fsdurable import Store; from fsdurable.demo import build_loop\n"
+        "st = Store(sys.argv[1]); build_loop(st, sys.argv[2]).run('order', "
+        "'[fresh_charge] Charge the order again.', attended=True)"), str(root), str(world)],
+        env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == KILLED, p.stderr
+    [o] = recover(st, build_loop(st, str(world))).outcomes
+    assert o.outcome == "review_required"
+    _, out = run(capsys, "review", "order", "--root", str(root))
+    calls = out["review"]
+    assert len(calls) == 2 and len({c["turn_id"] for c in calls}) == 2
+    assert all(c["answer"] is None for c in calls)

@@ -28,7 +28,7 @@ from fsdurable._doctor import doctor
 from fsdurable._model import Message
 from fsdurable._sync import conflict_copies, foreign_turns, ignore_file, resolve, versions
 
-from .conftest import PYTHON, REPO, need_tools, subprocess_env
+from .conftest import PYTHON, REPO, need_tools, skip_or_fail, subprocess_env
 from .test_watch import recording
 
 WAIT = 60.0  # a loaded CI box is slow; nothing here asserts a duration
@@ -206,7 +206,7 @@ class Syncthing:
                                  capture_output=True, text=True, timeout=60)
             m = re.search(r"Device ID: (\S+)", out.stdout + out.stderr)
             if m is None:
-                pytest.skip(f"syncthing generate failed: {out.stderr[-300:]}")
+                skip_or_fail(f"syncthing generate failed: {out.stderr[-300:]}")
             self.homes.append(home)
             self.roots.append(root)
             self.ids.append(m.group(1))
@@ -272,7 +272,7 @@ def wait_until(pred: Any, what: str, st: Syncthing) -> None:
             return
         dead = [p for p in st.procs if p is not None and p.poll() is not None]
         if dead:  # this syncthing cannot run here (another version's flags, a sandbox, ...)
-            pytest.skip(f"syncthing exited with {dead[0].returncode}: {st.log()[-600:]}")
+            skip_or_fail(f"syncthing exited with {dead[0].returncode}: {st.log()[-600:]}")
         time.sleep(0.05)
     raise AssertionError(f"syncthing never delivered {what}\n{st.log()}")
 

@@ -26,7 +26,7 @@ import attrs
 
 from fsdurable import _fsio
 from fsdurable._codec import parse_marker, parse_session
-from fsdurable._errors import StorageError
+from fsdurable._errors import DurabilityUnknown, StorageError
 from fsdurable._layout import NameKind, classify
 from fsdurable._model import Session
 from fsdurable._store import Store
@@ -177,11 +177,12 @@ def run_scenario(sc: Scenario, root: str) -> list[str]:
     """Run one fault scenario in a fresh store at ``root``; returns the violations."""
     st, before = seed(root)
     out: list[str] = []
+    raised: StorageError | None = None
     with failing(sc.op, ERRNOS[sc.err], where=sc.where) as fired:
         try:
             ACTIONS[sc.action](st)
-            out.append("no error raised")
         except StorageError as e:
+            raised = e
             if e.errno != ERRNOS[sc.err]:
                 out.append(f"StorageError with errno {e.errno}, not {sc.err}")
             if not e.path:
@@ -190,6 +191,7 @@ def run_scenario(sc: Scenario, root: str) -> list[str]:
             out.append(f"untyped error {type(e).__name__}: {e}")
     if not fired:
         return [f"the fault site {sc.op}@{sc.where} was never reached"]
+    out += _committed_iff_told(sc, root, before, raised)
     out += files_under_final_names_parse(root)
     out += biconditional(root)
     fresh = Store(root)
@@ -217,6 +219,36 @@ def run_scenario(sc: Scenario, root: str) -> list[str]:
     except Exception as e:
         out.append(f"store unusable after the fault: {type(e).__name__}: {e}")
     return out
+
+
+TARGET = {"create": "new", "patch": "a", "begin_turn": "a", "checkpoint": "b", "end_turn": "b",
+          "cancel": "b"}
+
+
+def _committed_iff_told(sc: Scenario, root: str, before: dict[str, Session],
+                        raised: StorageError | None) -> list[str]:
+    """A commit that committed never raises as if it had not (issue 9 item 17): it returns, or
+    raises DurabilityUnknown carrying exactly the session now on disk; one that did not commit
+    raises a plain StorageError."""
+    sid = TARGET.get(sc.action)
+    if sid is None:  # delete: not a commit
+        return [] if raised is not None else ["no error raised"]
+    try:
+        now: Session | None = Store(root).load(sid)
+    except Exception:
+        now = None
+    old = before.get(sid)
+    committed = now is not None and (old is None or now.version == old.version + 1)
+    if not committed:
+        return [] if raised is not None and not isinstance(raised, DurabilityUnknown) else [
+            f"not committed, but the call {'returned' if raised is None else 'said it was'}"]
+    if raised is None:
+        return []
+    if not isinstance(raised, DurabilityUnknown):
+        return [f"committed v{now.version if now else '?'}, but raised as if not: {raised}"]
+    if raised.session != now:
+        return ["DurabilityUnknown.session is not the session on disk"]
+    return []
 
 
 # ---------------------------------------------------------------------- real-world faults
