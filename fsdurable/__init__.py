@@ -8,8 +8,9 @@ The public names below are loaded on first use, so ``import fsdurable`` stays ch
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 
@@ -74,7 +75,7 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'fsdurable' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
+    value = getattr(__import__(__name__ + module, fromlist=[name]), name)
     globals()[name] = value
     return value
 

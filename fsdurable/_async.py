@@ -131,16 +131,28 @@ class AsyncStore:
                               **detail)
 
     async def repair_marker(self, session_id: str) -> str | None:
-        return await run_sync(self.store.repair_marker, session_id)
+        """The repair gate's ``repair_marker`` off the loop: the act it did (``wrote_marker``,
+        ``rebuilt_marker``, ``removed_orphan``, ``quarantined``), else None."""
+        from ._repair import repair_marker
+
+        act = await run_sync(repair_marker, self.store, session_id)
+        return act.action if act.acted else None
 
     async def quarantine(self, path: str, *, kind: str, reason: str,
                          session_id: str | None = None, code: str = ev.FILE_QUARANTINED,
                          expect: os.stat_result | None = None) -> str | None:
-        return await run_sync(self.store.quarantine, path, kind=kind, reason=reason,
-                              session_id=session_id, code=code, expect=expect)
+        """The repair gate's ``quarantine`` off the loop: moves ``path`` only if it is still the
+        file judged (``expect``; None: nothing is moved)."""
+        from ._repair import quarantine
+
+        return await run_sync(quarantine, self.store, path, kind=kind, reason=reason,
+                              expect=expect, session_id=session_id, code=code)
 
     async def interrupted(self) -> list[Marker]:
         return await run_sync(self.store.interrupted)
+
+    async def scan_markers(self) -> tuple[list[Marker], list[tuple[str, str]]]:
+        return await run_sync(self.store.scan_markers)
 
     async def read_marker(self, session_id: str) -> Marker | None:
         return await run_sync(self.store.read_marker, session_id)
@@ -149,6 +161,10 @@ class AsyncStore:
 
     async def events(self, session_id: str | None = None) -> list[Event]:
         return await run_sync(self.store.events, session_id)
+
+    async def prune_events(self, *, now: float | None = None) -> dict[str, Any]:
+        """``Store.prune_events`` (the event log's retention) off the loop."""
+        return await run_sync(self.store.prune_events, now=now)
 
     async def emit(self, code: str, **kw: Any) -> Event | None:
         return await run_sync(self.store.emit, code, **kw)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ._records import Record, defaults
 
 HOUR = 3600.0
+DAY = 24 * HOUR
 
 
 @defaults
@@ -73,6 +74,14 @@ class Config(Record):
     # session per tick, a longer one reports changes late.
     watch_poll_interval: float = 1.0
 
+    # Default 90 days: the event log is append-only, so without a bound it grows with every turn
+    # for ever (a busy host writes megabytes a day) until a full disk refuses commits, and every
+    # read of the whole log gets slower. Shorter would lose the trail of why a turn was abandoned,
+    # refused or quarantined before anyone looked. `doctor --repair` (or `store.prune_events()`)
+    # removes this node's day files older than this, with an events_pruned event; another node's
+    # log is that node's to prune.
+    event_retention: float = 90 * DAY
+
     # Tools refused in an unattended run (every recovered turn is unattended): a destructive call
     # resumed with nobody present cannot be undone. Hosts extend this with their own names.
     unattended_deny: frozenset[str] = frozenset(
@@ -83,10 +92,12 @@ class Config(Record):
     def _check(self) -> None:
         if self.stale_after <= 0:
             raise ValueError(f"stale_after must be > 0, got {self.stale_after!r}")
+        if self.event_retention <= 0:
+            raise ValueError(f"event_retention must be > 0, got {self.event_retention!r}")
         if self.max_resume_attempts < 1:
             raise ValueError(f"max_resume_attempts must be >= 1, got {self.max_resume_attempts!r}")
 
 
 DEFAULT_CONFIG = Config()
 
-__all__ = ["DEFAULT_CONFIG", "HOUR", "Config"]
+__all__ = ["DAY", "DEFAULT_CONFIG", "HOUR", "Config"]

@@ -3,7 +3,10 @@
 Checks: the marker <=> in-progress biconditional both ways, that every session and marker parses
 in the current format (and so validates against ``schemas/``), sync-tool conflict copies, leftover
 temp files, symlinks, foreign files, permissions and the contents of ``quarantine/``.
-Each repair goes through the store (the one commit function, or quarantine) and is an event.
+It also checks the event log (a day file over the size cap, a symlinked node directory: events
+that would vanish silently). Each repair goes through the repair gate (``_repair``: the exact
+file judged, never another node's file or a newer format, the replacement first) and is an event;
+what the gate may not touch is reported (``waiting_for_sync``, ``needs_newer``).
 """
 
 from __future__ import annotations
@@ -16,10 +19,9 @@ from typing import Any, TypeVar
 import attrs
 
 from . import _events as ev
-from . import _fsio
-from ._codec import parse_session
+from . import _fsio, _repair
 from ._errors import FsDurableError, LockTimeout, StorageError, UnreadableState
-from ._layout import NameKind, classify, own_id, validate_session_id
+from ._layout import NameKind, classify, own_id
 from ._model import Marker, Session
 from ._store import Store
 
@@ -64,12 +66,37 @@ class _Scan:
         self.findings.append(Finding(code=code, severity=severity, path=path, detail=detail,
                                      session_id=session_id, repair=repair, repaired=repaired))
 
-    def quarantine_fix(self, path: str, kind: str, reason: str, sid: str | None) -> Any:
+    def quarantine_fix(self, path: str, kind: str, reason: str, sid: str | None,
+                       st: os.stat_result) -> Any:
+        """Move exactly the file judged (``st``) into quarantine/, through the repair gate."""
         def fix() -> None:
-            if self.store.quarantine(path, kind=kind, reason=reason, session_id=sid) is None:
-                raise OSError(f"could not move {path} to quarantine")
+            if _repair.quarantine(self.store, path, kind=kind, reason=reason, expect=st,
+                                  session_id=sid) is None:
+                raise OSError(f"could not move {path} to quarantine (changed, or refused)")
 
         return fix
+
+    def gate_fix(self, act: Any) -> Any:
+        """Run a repair-gate function; a repair it declines is a repair that failed."""
+        def fix() -> None:
+            done = act()
+            if not done.acted and done.action != _repair.NOTHING:
+                raise OSError(f"not repaired: {done.action} ({done.detail or done.reason})")
+
+        return fix
+
+    def declined(self, plan: Any, path: str) -> bool:
+        """The gate's plan says hands off (another node's file, or a newer format): report it."""
+        if plan.action == _repair.NEEDS_NEWER:
+            self.add("needs_newer", path, f"written by a newer fsdurable ({plan.reason}): left "
+                     "in place, never written; upgrade fsdurable here", session_id=plan.session_id)
+            return True
+        if plan.action == _repair.WAITING:
+            self.add("waiting_for_sync", path, f"{plan.detail or plan.reason}; left untouched "
+                     "(`fsdurable adopt` takes a turn over explicitly)", severity=INFO,
+                     session_id=plan.session_id)
+            return True
+        return False
 
     # -------------------------------------------------------------- per directory
 
@@ -85,7 +112,7 @@ class _Scan:
             if stat.S_ISLNK(st.st_mode):
                 self.add("symlink", path, f"a symlink in {kind}s/ (never followed)",
                          session_id=sid, repair="move to quarantine",
-                         fix=self.quarantine_fix(path, kind, "symlink", sid))
+                         fix=self.quarantine_fix(path, kind, "symlink", sid, st))
             elif k is NameKind.OWN and sid is not None:
                 own[sid] = path
                 self.permissions(path, st, 0o600)
@@ -106,7 +133,8 @@ class _Scan:
         lock is held: if the lock is free, the file is a crash leftover. A sync tool's temp file
         is the tool's business and only reported."""
         sid = own_id(name[1:].rsplit(".", 2)[0]) if name.startswith("~") else None
-        if sid is None:
+        st = _fsio.lstat(path)
+        if sid is None or st is None:
             self.add("sync_temp", path, "a sync tool's temp file (left to the tool)",
                      severity=INFO)
             return
@@ -116,22 +144,20 @@ class _Scan:
                     return  # its commit finished while we looked
                 self.add("temp_leftover", path, "temp file left by an interrupted write",
                          session_id=sid, repair="move to quarantine",
-                         fix=self.quarantine_fix(path, f"{kind}-temp", "temp_leftover", sid))
+                         fix=self.quarantine_fix(path, f"{kind}-temp", "temp_leftover", sid,
+                                                 st))
         except LockTimeout:
             self.add("temp_in_flight", path, "temp file of a commit in progress", session_id=sid,
                      severity=INFO)
 
     def permissions(self, path: str, st: os.stat_result, want: int) -> None:
-        if not _fsio.MODES_HELD:  # Windows: no modes to hold, so none to report
-            return
         mode = stat.S_IMODE(st.st_mode)
-        if mode & ~want and _fsio.holds_modes(path):  # exFAT/FAT: the mount's mask, no problem
+        if mode & ~want and _fsio.holds_modes(path):  # exFAT/FAT, Windows: nothing to hold
             self.add("permissions", path, f"mode {mode:o}, expected {want:o} or narrower",
                      repair=f"chmod {want:o}", fix=lambda: _fsio.chmod(path, want))
 
-    def read(self, sid: str, path: str, kind: str, read: Callable[[], T | None],
-             fix: Any) -> T | None:
-        """Read one file without changing anything; every way it can be bad is a finding."""
+    def read(self, sid: str, path: str, read: Callable[[], T | None]) -> T | None:
+        """Read one file without changing anything; None if it is missing or refused."""
         try:
             return read()
         except FileNotFoundError:
@@ -139,38 +165,89 @@ class _Scan:
         except StorageError as e:  # EACCES, EIO: reported, left alone (it may be transient)
             self.add("refused_read", path, f"the disk refused to read it: {e.message}",
                      session_id=sid)
-        except UnreadableState as e:
-            self.add(f"unreadable_{kind}", path, f"{e.message} ({e.reason})", session_id=sid,
-                     repair="move to quarantine" + ("; rebuild it if its session is in progress"
-                                                    if kind == "marker" else ""),
-                     fix=fix(e.reason or "unreadable"))
         return None
 
     def session(self, sid: str, path: str) -> Session | None:
-        def read() -> tuple[Session, bool]:
-            data, _ = _fsio.read_bounded(path, self.store.config.max_file_bytes)
-            return parse_session(data, path=path, session_id=sid)
-
-        got = self.read(sid, path, "session", read,
-                        lambda why: self.quarantine_fix(path, "session", why, sid))
+        got = self.read(sid, path, lambda: _repair.judge_session(self.store, sid))
         if got is None:
             return None
-        s, migrated = got
-        from ._review import parked  # a parked call is a human's to answer: never "healthy"
+        j, s, migrated = got
+        if s is not None:
+            from ._review import parked  # a parked call is a human's to answer: never "healthy"
 
-        waiting = [c for c in parked(s) if c["answer"] is None]
-        if waiting:
-            self.add("review_required", path, f"{len(waiting)} call(s) may or may not have run "
-                     f"({', '.join(str(c.get('tool')) for c in waiting)}): a human answers with "
-                     f"`fsdurable review {sid} --ran|--did-not-run`", session_id=sid)
-        if migrated:
+            waiting = [c for c in parked(s) if c["answer"] is None]
+            if waiting:
+                self.add("review_required", path, f"{len(waiting)} call(s) may or may not have "
+                         f"run ({', '.join(str(c.get('tool')) for c in waiting)}): a human "
+                         f"answers with `fsdurable review {sid} --ran|--did-not-run`",
+                         session_id=sid)
+        if j.error is None and not migrated:
+            return s
+        plan = _repair.repair_session(self.store, sid, dry_run=True)
+        if self.declined(plan, path):
+            return s
+        if j.error is not None:
+            self.add("unreadable_session", path, f"{j.error.message} ({j.reason})",
+                     session_id=sid, repair="move to quarantine",
+                     fix=self.gate_fix(lambda: _repair.repair_session(self.store, sid)))
+        elif plan.action != _repair.NOTHING:
             self.add("old_format", path, "an older session format", session_id=sid,
-                     repair="migrate to the current format", fix=lambda: self.store.load(sid))
+                     repair="migrate to the current format",
+                     fix=self.gate_fix(lambda: _repair.repair_session(self.store, sid)))
         return s
 
     def marker(self, sid: str, path: str) -> Marker | None:
-        return self.read(sid, path, "marker", lambda: self.store._marker_raw(sid),
-                         lambda why: self.marker_fix(sid))
+        def read() -> Marker | None:
+            try:
+                return self.store.read_marker(sid)
+            except UnreadableState as e:
+                plan = _repair.repair_marker(self.store, sid, dry_run=True)
+                if not self.declined(plan, path):
+                    self.add("unreadable_marker", path, f"{e.message} ({e.reason})",
+                             session_id=sid, repair="keep it in quarantine; rebuild it if its "
+                             "session is in progress", fix=self.repair_fix(sid))
+                return None
+
+        return self.read(sid, path, read)
+
+    def disagree(self, code: str, sid: str, path: str, detail: str, repair: str) -> None:
+        """Marker and session disagree: the gate's plan decides what --repair may do."""
+        plan = _repair.repair_marker(self.store, sid, dry_run=True)
+        if not self.declined(plan, path):
+            self.add(code, path, detail, session_id=sid, repair=repair,
+                     fix=self.repair_fix(sid))
+
+    def events(self) -> None:
+        """Events that would vanish silently: a symlinked node directory (every emit dropped),
+        a day file over the size cap (``events()`` cannot read that day)."""
+        cap = self.store.config.max_file_bytes
+        top = self.store.layout.events
+        for node in sorted(_fsio.list_names(top)):
+            path = os.path.join(top, node)
+            st = _fsio.lstat(path)
+            if st is None:
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                self.add("events_symlink", path, "events/ node directory is a symlink: events "
+                         "are never written through it", repair="move to quarantine",
+                         fix=self.quarantine_fix(path, "events", "symlink", None, st))
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                self.add("foreign_file", path, "not an event directory", severity=INFO)
+                continue
+            for name in sorted(_fsio.list_names(path)):
+                f = os.path.join(path, name)
+                fst = _fsio.lstat(f)
+                if fst is None or not name.endswith(".jsonl"):
+                    continue
+                if stat.S_ISLNK(fst.st_mode):
+                    self.add("events_symlink", f, "an event day file is a symlink (never "
+                             "followed: that day's events are not read)",
+                             repair="move to quarantine",
+                             fix=self.quarantine_fix(f, "events", "symlink", None, fst))
+                elif fst.st_size > cap:
+                    self.add("events_over_cap", f, f"{fst.st_size} bytes, over max_file_bytes "
+                             f"({cap}): events() cannot read that day", repair=None)
 
     def run(self) -> list[Finding]:
         lay = self.store.layout
@@ -188,43 +265,32 @@ class _Scan:
             if m is None:
                 continue
             s = parsed.get(sid)
-            fix = self.repair_fix(sid)
             if sid not in sessions:
-                self.add("orphan_marker", path, "marker without a session", session_id=sid,
-                         repair="remove the marker (marker_repaired event)", fix=fix)
+                self.disagree("orphan_marker", sid, path, "marker without a session",
+                              "remove the marker (marker_repaired event)")
             elif s is not None and not s.in_progress:
-                self.add("orphan_marker", path, "marker of a session not in progress",
-                         session_id=sid, repair="remove the marker (marker_repaired event)",
-                         fix=fix)
+                self.disagree("orphan_marker", sid, path, "marker of a session not in progress",
+                              "remove the marker (marker_repaired event)")
             elif s is not None and s.turn is not None and s.turn.id != m.turn_id:
-                self.add("marker_mismatch", path,
-                         f"marker for turn {m.turn_id}, session is on turn {s.turn.id}",
-                         session_id=sid, repair="rewrite the marker", fix=fix)
+                self.disagree("marker_mismatch", sid, path,
+                              f"marker for turn {m.turn_id}, session is on turn {s.turn.id}",
+                              "rewrite the marker")
         for sid, s in parsed.items():
             if s is not None and s.in_progress and sid not in markers:
-                self.add("missing_marker", sessions[sid],
-                         "session in progress without a marker: recovery would never find it",
-                         session_id=sid, repair="write the marker", fix=self.repair_fix(sid))
-        for name in sorted(_fsio.list_names(lay.quarantine)):
-            self.add("quarantined", os.path.join(lay.quarantine, name),
-                     "kept aside, never deleted: inspect, then remove it by hand", severity=INFO)
+                self.disagree("missing_marker", sid, sessions[sid],
+                              "session in progress without a marker: recovery would never "
+                              "find it", "write the marker")
+        self.events()
+        from ._quarantine import listing
+
+        for q in listing(self.store):
+            self.add("quarantined", q.path, f"{q.describe()}; kept aside, never deleted: "
+                     "`fsdurable quarantine restore NAME` after fixing it, or `--purge`",
+                     severity=INFO, session_id=q.session_id)
         return self.findings
 
-    def marker_fix(self, sid: str) -> Any:
-        def fix() -> None:
-            self.store.read_marker(sid)  # quarantines it, then rebuilds or abandons the turn
-            try:
-                self.store._marker_raw(sid)
-            except UnreadableState as e:
-                raise OSError(f"marker of {sid} is still unreadable") from e
-
-        return fix
-
     def repair_fix(self, sid: str) -> Any:
-        def fix() -> None:
-            self.store.repair_marker(validate_session_id(sid))
-
-        return fix
+        return self.gate_fix(lambda: _repair.repair_marker(self.store, sid))
 
 
 def doctor(store: Store, *, repair: bool = False) -> list[Finding]:
@@ -233,6 +299,19 @@ def doctor(store: Store, *, repair: bool = False) -> list[Finding]:
     Never raises because of a bad file. Problems with ``repaired=False`` remain.
     """
     findings = _Scan(store, repair).run()
+    if repair:  # the event log's retention (Config.event_retention): this node's old day files
+        try:
+            pruned = store.prune_events()
+        except (FsDurableError, OSError) as e:
+            pruned = {"files": 0}
+            findings.append(Finding(code="events_not_pruned", severity=PROBLEM,
+                                    path=store.layout.events, repair="prune",
+                                    detail=f"the event log's retention could not be applied: {e}"))
+        if pruned["files"]:
+            findings.append(Finding(code="events_pruned", severity=INFO, path=store.layout.events,
+                                    detail=f"{pruned['files']} day files before "
+                                    f"{pruned['before_day']} removed (event_retention)",
+                                    repair="prune", repaired=True))
     if repair and any(f.repaired for f in findings):
         store.emit(ev.REPAIRED, repaired=sum(f.repaired for f in findings),
                    codes=sorted({f.code for f in findings if f.repaired}))

@@ -7,7 +7,10 @@ stable, machine-readable word such as ``"oversized"`` or ``"version_mismatch"``)
 from __future__ import annotations
 
 import os
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class FsDurableError(Exception):

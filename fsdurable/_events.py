@@ -1,22 +1,43 @@
-"""The event log: ``events/<node_id>/<YYYY-MM-DD>.jsonl``, append-only, one writer node per file.
+"""The event log: append-only JSON lines, one writer node per file, one directory per session.
+
+Layout (docs/events.md): ``events/<node_id>/<session_id>/<YYYY-MM-DD>.jsonl``; events about no
+session go to ``events/<node_id>/@store/<YYYY-MM-DD>.jsonl``. So ``events(session_id)`` opens one
+directory per node — its cost is that session's events, never the rest of the store's history —
+and retention (``Config.event_retention``, applied by ``doctor --repair``) drops whole day files
+of this node only. A node directory written by fsdurable before this layout (flat
+``<YYYY-MM-DD>.jsonl`` files) has no ``@layout2`` file: its day files are read as they are; this
+node moves its own into ``@legacy/`` at its first append.
 
 Every decision recovery makes, every quarantine and every repair is an event: nothing surprising
 happens silently. Events are appended durably (fsync) and fanned out to in-process subscribers.
-A torn last line (a crash mid-append) is skipped on read, never fatal.
+An event that cannot be written is never dropped silently: the subscribers still get it, it is
+logged (``logging``, logger ``fsdurable``) and kept in memory, and written before the next event.
+An appender always starts on a fresh line (a torn tail stays one bad line). A directory of the log
+that is a symlink is never followed: the appender writes beside it (``<name>.alt``) and readers
+report it. Readers stream files (no size cap, a per-line cap) and report what they could not read
+as ``event_log_damaged`` events in their answer (never written: a read changes nothing).
 """
 
 from __future__ import annotations
 
+import _thread
+import collections
 import os
-import threading
+import re
+import stat as _stat
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
 
 from . import _fsio
-from ._errors import FsDurableError, UnreadableState
+from ._errors import FsDurableError, StorageError, UnreadableState
 from ._recordcodec import encode_event, parse_event
 from ._records import Event
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import Any
+
+    Subscriber = Callable[[Event], None]
 
 # Event codes (the names hosts match on).
 TURN_STARTED = "turn_started"
@@ -39,10 +60,22 @@ ADOPTED = "interrupted_turn_adopted"
 CONFLICT_RESOLVED = "conflict_resolved"
 TOOL_REFUSED = "tool_refused"
 CLOCK_STEP = "clock_step"  # a checkpoint time from the future: never used to judge staleness
+EVENTS_PRUNED = "events_pruned"  # retention removed day files of this node's log
+LOG_DAMAGED = "event_log_damaged"  # only in a reader's answer: part of the log could not be read
 REVIEW_ANSWERED = "review_answered"  # a human said whether a parked call ran (fsdurable review)
 REVIEW_RERUN = "review_rerun"  # a call answered "did not run" was run again, attended, same key
 
-Subscriber = Callable[[Event], None]
+STORE_KEY = "@store"  # the directory of events about no session (not a valid session id)
+LEGACY_KEY = "@legacy"  # this node's day files from the flat layout, moved aside at first append
+LAYOUT_FLAG = "@layout2"  # an empty directory in a node directory written with this layout
+ALT = ".alt"  # beside a directory that is a symlink or a file: never followed, never replaced
+_DAY_RE = re.compile(r"(\d{4}-\d\d-\d\d)\.jsonl")
+# A line of the log is one event (a few hundred bytes); a longer one is skipped and reported.
+MAX_LINE = 1 << 20
+MAX_UNWRITTEN = 10_000  # events kept in memory while the disk refuses them (oldest dropped, logged)
+
+def day_of(at: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(at))
 
 
 class EventLog:
@@ -54,11 +87,14 @@ class EventLog:
         self.directory = directory
         self.node_id = node_id
         self._durable = durable
-        self._max = max_file_bytes
+        self._max_line = min(max_file_bytes, MAX_LINE)
         self._clock = clock
         self._subs: list[Subscriber] = []
-        self._lock = threading.Lock()
-        self._made: str | None = None
+        self._lock = _thread.allocate_lock()  # subscribers (threading.Lock, without threading)
+        self._write = _thread.allocate_lock()  # the appender's state below
+        self._made: set[str] = set()  # directories this process made or checked
+        self._node_dir: str | None = None
+        self._unwritten: collections.deque[Event] = collections.deque()
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
         """Call ``fn(event)`` for each event this process emits; returns an unsubscribe function."""
@@ -72,20 +108,35 @@ class EventLog:
 
         return unsubscribe
 
+    @property
+    def unwritten(self) -> int:
+        """Events the disk refused, kept in memory and retried before the next one."""
+        return len(self._unwritten)
+
     def emit(self, code: str, *, session_id: str | None = None, turn_id: str | None = None,
              reason: str | None = None, **detail: Any) -> Event:
         """Append one event durably, then tell the subscribers.
 
-        If the disk refuses the append, the event still reaches the subscribers and the error is
-        raised afterwards: a decision is never lost from view.
+        If the disk refuses the append, the event still reaches the subscribers, is logged and
+        kept for the next append, and the error is raised afterwards: a decision is never lost
+        from view.
         """
         ev = Event(at=self._clock(), code=code, session_id=session_id, turn_id=turn_id,
                    node_id=self.node_id, reason=reason, detail=detail)
         failure: FsDurableError | OSError | None = None
-        try:
-            self._append(ev)
-        except (FsDurableError, OSError) as e:
-            failure = e
+        with self._write:
+            self._unwritten.append(ev)
+            try:
+                while self._unwritten:  # the ones the disk refused before go first, in order
+                    self._append(self._unwritten[0])
+                    self._unwritten.popleft()
+            except (FsDurableError, OSError) as e:
+                failure = e
+                while len(self._unwritten) > MAX_UNWRITTEN:
+                    self._unwritten.popleft()
+        if failure is not None:
+            _warn(f"event {code!r} could not be written ({failure}); kept in memory "
+                  f"({len(self._unwritten)} unwritten), retried with the next event")
         with self._lock:
             subs = list(self._subs)
         for fn in subs:
@@ -94,38 +145,196 @@ class EventLog:
             raise failure
         return ev
 
+    # ------------------------------------------------------------------ appending
+
     def _append(self, ev: Event) -> None:
-        node_dir = os.path.join(self.directory, self.node_id)
-        if self._made != node_dir:
-            _fsio.makedirs(node_dir, durable=self._durable)
-            self._made = node_dir
-        day = time.strftime("%Y-%m-%d", time.gmtime(ev.at))
-        _fsio.append_line(os.path.join(node_dir, day + ".jsonl"), encode_event(ev),
-                          durable=self._durable)
+        d = self._session_dir(ev.session_id or STORE_KEY)
+        path = os.path.join(d, day_of(ev.at) + ".jsonl")
+        line = encode_event(ev)
+        try:
+            _fsio.append_line(path, line, durable=self._durable)
+        except FileNotFoundError:  # its directory was pruned meanwhile: make it again
+            self._made.discard(d)
+            _fsio.append_line(os.path.join(self._session_dir(ev.session_id or STORE_KEY),
+                                           day_of(ev.at) + ".jsonl"), line,
+                              durable=self._durable)
+
+    def _dir(self, parent: str, name: str) -> str:
+        """``parent/name`` made (0700), or ``parent/name.alt`` if that is a symlink or a file."""
+        for candidate in (os.path.join(parent, name), os.path.join(parent, name + ALT)):
+            if candidate in self._made:
+                return candidate
+            try:
+                _fsio.makedirs(candidate, durable=self._durable)
+            except UnreadableState:  # a symlink or a file in the way: never followed
+                continue
+            if len(self._made) > 4096:
+                self._made.clear()
+            self._made.add(candidate)
+            return candidate
+        raise UnreadableState(f"{parent}/{name} and {name}{ALT} are both unusable",
+                              path=os.path.join(parent, name), reason="not_a_directory")
+
+    def _session_dir(self, key: str) -> str:
+        if self._node_dir is None or self._node_dir not in self._made:
+            self._node_dir = self._dir(self.directory, self.node_id)
+            self._migrate(self._node_dir)
+        return self._dir(self._node_dir, key)
+
+    def _migrate(self, node_dir: str) -> None:
+        """Move this node's flat day files (the layout before per-session directories) into
+        ``@legacy/``, once: the empty directory ``@layout2`` records that it was done (a crash
+        before it means the next process does it again; a moved file is not moved twice)."""
+        flag = os.path.join(node_dir, LAYOUT_FLAG)
+        if _fsio.lstat(flag) is not None:
+            return
+        names = [n for n in _fsio.list_names(node_dir) if _DAY_RE.fullmatch(n)]
+        if names:
+            legacy = self._dir(node_dir, LEGACY_KEY)
+            for n in names:
+                src = os.path.join(node_dir, n)
+                dst = os.path.join(legacy, n)
+                if _fsio.lstat(dst) is None:
+                    _fsio.rename(src, dst, durable=self._durable)
+        _fsio.makedirs(flag, durable=self._durable)  # a directory: one atomic mkdir
+
+    # ------------------------------------------------------------------ reading
 
     def read(self, session_id: str | None = None, *, since: float | None = None) -> list[Event]:
-        """Every node's events (optionally for one session), oldest first."""
-        out = [e for e in self._iter_all()
-               if (session_id is None or e.session_id == session_id)
-               and (since is None or e.at >= since)]
+        """Every node's events (optionally for one session), oldest first; what could not be
+        read is reported as ``event_log_damaged`` events at the end (never written)."""
+        out: list[Event] = []
+        damage: list[Event] = []
+        for node, node_dir in self._nodes(damage):
+            for path in self._files(node, node_dir, session_id, damage):
+                for e in self._events_in(path, node, damage):
+                    if ((session_id is None or e.session_id == session_id)
+                            and (since is None or e.at >= since)):
+                        out.append(e)
         out.sort(key=lambda e: e.at)
-        return out
+        return out + damage
 
-    def _iter_all(self) -> Iterator[Event]:
-        for node in sorted(_fsio.list_names(self.directory)):
-            node_dir = os.path.join(self.directory, node)
-            for name in sorted(_fsio.list_names(node_dir)):
-                if not name.endswith(".jsonl") or name.startswith(("~", ".")):
+    def _damaged(self, damage: list[Event], node: str | None, path: str, reason: str,
+                 **detail: Any) -> None:
+        damage.append(Event(at=self._clock(), code=LOG_DAMAGED, node_id=node, reason=reason,
+                            detail={"path": path, **detail}))
+
+    def _kind(self, path: str, node: str | None, damage: list[Event]) -> str | None:
+        """"dir", "file", or None (missing; a symlink or another thing, reported)."""
+        st = _fsio.lstat(path)
+        if st is None:
+            return None
+        if _stat.S_ISDIR(st.st_mode):
+            return "dir"
+        if _stat.S_ISREG(st.st_mode):
+            return "file"
+        self._damaged(damage, node, path,
+                      "symlink" if _stat.S_ISLNK(st.st_mode) else "not_a_file")
+        return None
+
+    def _nodes(self, damage: list[Event]) -> Iterator[tuple[str, str]]:
+        for name in sorted(_fsio.list_names(self.directory)):
+            if name.startswith(("~", ".")):
+                continue
+            path = os.path.join(self.directory, name)
+            node = name[:-len(ALT)] if name.endswith(ALT) else name
+            kind = self._kind(path, node, damage)
+            if kind == "dir":
+                yield node, path
+
+    def _files(self, node: str, node_dir: str, session_id: str | None,
+               damage: list[Event]) -> Iterator[str]:
+        """The day files to read in one node directory: every one, or those that can hold
+        ``session_id``'s events (its directory, the legacy ones) — never another session's."""
+        if session_id is None:
+            keys = sorted(_fsio.list_names(node_dir))
+        else:
+            keys = [session_id, session_id + ALT, LEGACY_KEY]
+            if _fsio.lstat(os.path.join(node_dir, LAYOUT_FLAG)) is None:  # the flat layout
+                keys += sorted(n for n in _fsio.list_names(node_dir) if _DAY_RE.fullmatch(n))
+        for key in keys:
+            if key.startswith(("~", ".")) or key == LAYOUT_FLAG:
+                continue
+            path = os.path.join(node_dir, key)
+            kind = self._kind(path, node, damage)
+            if kind == "file" and _DAY_RE.fullmatch(key):  # a flat-layout day file
+                yield path
+            elif kind == "dir":
+                for name in sorted(_fsio.list_names(path)):
+                    if _DAY_RE.fullmatch(name):
+                        yield os.path.join(path, name)
+
+    def _events_in(self, path: str, node: str, damage: list[Event]) -> Iterator[Event]:
+        bad = long = 0
+        try:
+            for line in _fsio.iter_lines(path, self._max_line):
+                if line is None:
+                    long += 1
                     continue
-                path = os.path.join(node_dir, name)
+                if not line.strip():
+                    continue
                 try:
-                    data, _ = _fsio.read_bounded(path, self._max)
-                except (OSError, UnreadableState):
-                    continue  # a log we cannot read is reported by doctor, never fatal here
-                for line in data.split(b"\n"):
-                    if not line.strip():
+                    yield parse_event(line, path=path)
+                except UnreadableState:
+                    bad += 1  # a torn line (a crash mid-append), garbage
+        except FileNotFoundError:
+            return  # pruned meanwhile
+        except (UnreadableState, StorageError) as e:
+            self._damaged(damage, node, path, e.reason or "unreadable")
+            return
+        if bad or long:
+            self._damaged(damage, node, path, "bad_lines", unreadable_lines=bad,
+                          overlong_lines=long)
+
+    # ------------------------------------------------------------------ retention
+
+    def prune(self, before: float) -> dict[str, Any]:
+        """Remove this node's day files of days before ``before`` (whole UTC days) and the
+        directories they leave empty. Never touches another node's files. Returns what it did."""
+        cutoff = day_of(before)
+        files = 0
+        size = 0
+        sessions: set[str] = set()
+        for name in sorted(_fsio.list_names(self.directory)):
+            node = name[:-len(ALT)] if name.endswith(ALT) else name
+            if node != self.node_id:
+                continue  # another node's log is that node's to prune
+            node_dir = os.path.join(self.directory, name)
+            if _fsio.lstat(node_dir) is None or not _is_dir(node_dir):
+                continue
+            for key in sorted(_fsio.list_names(node_dir)):
+                path = os.path.join(node_dir, key)
+                if key == LAYOUT_FLAG or not _is_dir(path):
+                    continue
+                for day_file in sorted(_fsio.list_names(path)):
+                    m = _DAY_RE.fullmatch(day_file)
+                    if m is None or m.group(1) >= cutoff:
                         continue
-                    try:
-                        yield parse_event(line, path=path)
-                    except UnreadableState:
-                        continue  # a torn last line after a crash mid-append
+                    fp = os.path.join(path, day_file)
+                    st = _fsio.lstat(fp)
+                    if st is None or not _stat.S_ISREG(st.st_mode):
+                        continue
+                    if _fsio.unlink(fp, durable=self._durable):
+                        files += 1
+                        size += st.st_size
+                        sessions.add(key)
+                if key not in (STORE_KEY, LEGACY_KEY, LAYOUT_FLAG):
+                    with self._write:
+                        try:
+                            if _fsio.rmdir(path, durable=self._durable):
+                                self._made.discard(path)
+                        except (FsDurableError, OSError):
+                            pass  # an empty directory left behind costs nothing
+        return {"before_day": cutoff, "files": files, "bytes": size,
+                "sessions": len(sessions - {STORE_KEY, LEGACY_KEY})}
+
+
+def _is_dir(path: str) -> bool:
+    st = _fsio.lstat(path)
+    return st is not None and _stat.S_ISDIR(st.st_mode)
+
+
+def _warn(message: str) -> None:
+    import logging  # only when the disk refused an event: off the startup path
+
+    logging.getLogger("fsdurable").warning(message)

@@ -17,18 +17,21 @@ sees ``DurabilityUnknown`` (a StorageError carrying the new file's stat): the ch
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
-from collections.abc import Callable
-from typing import IO, Any
-
-from atomicwrites import AtomicWriter
 
 from ._errors import DurabilityUnknown, StorageError, UnreadableState
 from ._layout import TEMP_SUFFIX, temp_prefix
 
-Recorder = Callable[[str, tuple[Any, ...]], None]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import IO, Any
+
+    Recorder = Callable[[str, tuple[Any, ...]], None]
+
 _recorder: Recorder | None = None
 
 # Errors the disk gives that a caller can do nothing about but report: they become StorageError.
@@ -153,11 +156,16 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-class _Writer(AtomicWriter):  # type: ignore[misc]
-    """atomicwrites' fsync-and-rename, with our temp names and every step recorded."""
+class _Writer:
+    """The fsync-and-rename protocol of atomicwrites' ``AtomicWriter`` (the same steps and
+    order: temp file beside the target, write, fsync, rename or link, directory fsync; the temp
+    file removed on failure), with our temp names and every step recorded. Not built on
+    atomicwrites itself: importing it pulls ``tempfile``, ``shutil``, ``random`` and the
+    compression modules into every process that opens a store (bench/startup.py)."""
 
     def __init__(self, path: str, *, overwrite: bool, durable: bool) -> None:
-        super().__init__(path, mode="wb", overwrite=overwrite)
+        self._path = path
+        self._overwrite = overwrite
         self._durable = durable
         self._tmp = ""
         self._keep = -1  # a second descriptor of the temp file, open across the rename
@@ -245,9 +253,17 @@ def write_atomic(
     with storage_errors(path, "write"):
         writer = _Writer(path, overwrite=overwrite, durable=durable)
         try:
-            with writer.open() as f:
-                _rec("write", writer._tmp, data)
-                f.write(data)
+            f = writer.get_fileobject()
+            try:
+                with f:
+                    _rec("write", writer._tmp, data)
+                    f.write(data)
+                    writer.sync(f)
+                writer.commit(f)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    writer.rollback(f)
+                raise
             final = writer.final
             assert final is not None
         finally:
@@ -385,17 +401,14 @@ def rename(src: str, dst: str, *, durable: bool = True) -> None:
                 fsync_dir(os.path.dirname(src))
 
 
-def rmdir(path: str, *, durable: bool = True) -> bool:
-    """Remove an empty directory (never through a link); True if it was there."""
-    with storage_errors(path, "rmdir"):
-        _rec("rmdir", path)
-        try:
-            os.rmdir(path)
-        except FileNotFoundError:
-            return False
+def link(src: str, dst: str, *, durable: bool = True) -> None:
+    """A second name for ``src`` (the link itself if it is one; never followed): how a file is
+    kept aside before it is replaced. OSError where the filesystem has no hard links (exFAT)."""
+    with storage_errors(dst, "link"):
+        _rec("link", src, dst)
+        os.link(src, dst, follow_symlinks=False)
         if durable:
-            fsync_dir(os.path.dirname(path))
-        return True
+            fsync_dir(os.path.dirname(dst))
 
 
 def makedirs(path: str, *, durable: bool = True) -> None:
@@ -421,13 +434,22 @@ def makedirs(path: str, *, durable: bool = True) -> None:
 
 
 def append_line(path: str, line: bytes, *, durable: bool = True) -> None:
-    """Append one line to a log file (created 0600, never through a symlink)."""
+    """Append one line to a log file (created 0600, never through a symlink).
+
+    The line always starts on a fresh line: a file whose last byte is not a newline (a crash
+    mid-append, a zero-filled tail after a power cut, an ENOSPC short write) first gets one, so
+    the torn line stays one bad line and this one is read whole."""
     with storage_errors(path, "append"):
         _rec("append", path, line)
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
         existed = os.path.lexists(path)
         fd = os.open(path, flags, FILE_MODE)
         try:
+            size = os.fstat(fd).st_size
+            if size:
+                os.lseek(fd, size - 1, os.SEEK_SET)  # O_APPEND: the write still goes to the end
+                if os.read(fd, 1) != b"\n":
+                    line = b"\n" + line
             view = memoryview(line)
             while view:  # a short write (signal, full pipe-like fs) must not cut the line
                 view = view[os.write(fd, view):]
@@ -438,6 +460,73 @@ def append_line(path: str, line: bytes, *, durable: bool = True) -> None:
             os.close(fd)
         if durable and not existed:
             fsync_dir(os.path.dirname(path))
+
+
+def iter_lines(path: str, max_line: int, chunk: int = 1 << 20) -> Iterator[bytes | None]:
+    """The lines of a log file, streamed (never the whole file in memory, whatever its size);
+    never through a symlink. A line longer than ``max_line`` is yielded as None (skipped, so the
+    caller can count it). Raises FileNotFoundError, UnreadableState (``symlink``, ``not_a_file``)
+    or StorageError (EACCES, EIO) before the first line."""
+    try:
+        with storage_errors(path, "read"):
+            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK | _O_BINARY)
+    except OSError as e:
+        if isinstance(e, (StorageError, FileNotFoundError)):
+            raise
+        if e.errno == errno.ELOOP:
+            raise UnreadableState(f"{path} is a symlink", path=path, reason="symlink") from e
+        raise UnreadableState(f"{path} cannot be opened as a file: {e.strerror}", path=path,
+                              reason="not_a_file") from e
+    return _lines(fd, path, max_line, chunk)
+
+
+def _lines(fd: int, path: str, max_line: int, chunk: int) -> Iterator[bytes | None]:
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnreadableState(f"{path} is not a regular file", path=path, reason="not_a_file")
+        buf = b""
+        skipping = False  # inside a line already over max_line: drop bytes up to its newline
+        while True:
+            with storage_errors(path, "read"):
+                data = os.read(fd, chunk)
+            if not data:
+                break
+            buf += data
+            *lines, buf = buf.split(b"\n")
+            for ln in lines:
+                if skipping:
+                    skipping = False
+                    yield None
+                elif len(ln) > max_line:
+                    yield None
+                else:
+                    yield ln
+            if len(buf) > max_line:
+                buf, skipping = b"", True
+        if skipping:
+            yield None
+        elif buf:
+            yield buf
+    finally:
+        os.close(fd)
+
+
+def rmdir(path: str, *, durable: bool = True) -> bool:
+    """Remove an empty directory (never through a symlink); False if missing or not empty."""
+    with storage_errors(path, "rmdir"):
+        st = lstat(path)
+        if st is None or not stat.S_ISDIR(st.st_mode):
+            return False
+        _rec("rmdir", path)
+        try:
+            os.rmdir(path)
+        except (FileNotFoundError, OSError) as e:
+            if isinstance(e, FileNotFoundError) or e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                return False
+            raise
+        if durable:
+            fsync_dir(os.path.dirname(path))
+        return True
 
 
 def list_names(path: str) -> list[str]:
@@ -459,7 +548,9 @@ _holds_modes: dict[int, bool] = {}
 def holds_modes(path: str) -> bool:
     """Can the filesystem holding ``path`` keep a file mode (0600/0700)? Where it cannot, a wide
     mode is the mount's doing, not a problem to report or repair. Linux: the filesystem type from
-    ``/proc/self/mountinfo`` (matched by device number); elsewhere True."""
+    ``/proc/self/mountinfo`` (matched by device number); Windows never; elsewhere True."""
+    if not MODES_HELD:  # Windows: ACLs and a read-only bit, on every filesystem
+        return False
     try:
         dev = os.lstat(path).st_dev
     except OSError:

@@ -35,13 +35,22 @@ _RESERVED = frozenset(
 # ``<id> (<host>'s conflicted copy <date>).json``; Nextcloud
 # ``<id> (conflicted copy <date> <time>).json``; Unison 2.52 (``copyonconflict``)
 # ``<id> (conflict_on_<date>).json``; any ``<id> (...conflict...).json``.
-_SYNCTHING_RE = re.compile(r"([A-Za-z0-9_-]{1,128})\.sync-conflict-[^/\\]*\.json")
-_CONFLICT_RE = re.compile(r"([A-Za-z0-9_-]{1,128})(?:\.json)? ?[.(][^/\\]*conflict[^/\\]*\.json",
-                          re.IGNORECASE)
+_SYNCTHING = r"([A-Za-z0-9_-]{1,128})\.sync-conflict-[^/\\]*\.json"
+_CONFLICT = r"([A-Za-z0-9_-]{1,128})(?:\.json)? ?[.(][^/\\]*conflict[^/\\]*\.json"
 # In-flight files of sync tools that write beside the target and rename: rsync ``.<name>.XXXXXX``,
 # Nextcloud ``.<name>.~<hex>``, Syncthing ``.syncthing.<name>.tmp`` / ``~syncthing~<name>.tmp``,
 # Unison ``.unison.<name>.<hash>.unison.tmp``.
-_TOOL_TEMP_RE = re.compile(r"\.[^/\\]+\.json\.(?:[A-Za-z0-9]{6}|~[0-9a-fA-F]+)")
+_TOOL_TEMP = r"\.[^/\\]+\.json\.(?:[A-Za-z0-9]{6}|~[0-9a-fA-F]+)"
+# compiled on first use by classify() (doctor, sync, watch): ~0.7 ms that a process which only
+# opens a store and lists its markers never pays (bench/startup.py)
+_classifiers: list[re.Pattern[str]] = []
+
+
+def _patterns() -> list[re.Pattern[str]]:
+    if not _classifiers:
+        _classifiers.extend((re.compile(_SYNCTHING), re.compile(_CONFLICT, re.IGNORECASE),
+                             re.compile(_TOOL_TEMP)))
+    return _classifiers
 
 
 def validate_session_id(session_id: object) -> str:
@@ -85,13 +94,14 @@ def classify(name: str) -> tuple[NameKind, str | None]:
     m = _OWN_NAME_RE.fullmatch(name)
     if m and m.group(1).upper() not in _RESERVED:
         return NameKind.OWN, m.group(1)
-    for rx in (_SYNCTHING_RE, _CONFLICT_RE):
+    syncthing_re, conflict_re, tool_temp_re = _patterns()
+    for rx in (syncthing_re, conflict_re):
         c = rx.fullmatch(name)
         if c:
             return NameKind.CONFLICT, c.group(1)
     if (name.endswith(".tmp") and (
         name.startswith(("~", ".syncthing.", ".unison.")) or ".unison." in name
-    )) or _TOOL_TEMP_RE.fullmatch(name):
+    )) or tool_temp_re.fullmatch(name):
         return NameKind.TEMP, None
     return NameKind.FOREIGN, None
 

@@ -31,7 +31,8 @@ _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-# the lock files this process holds, by descriptor; a forked child closes them
+# the lock files this process has open (held or being waited for), by descriptor; a forked
+# child closes them
 _HELD: dict[int, IO[Any]] = {}
 _HELD_MU = threading.Lock()
 
@@ -49,7 +50,10 @@ def _close_held_in_child() -> None:
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_close_held_in_child)
+    # a fork waits while a lock file is being opened and registered: no descriptor escapes
+    os.register_at_fork(before=lambda: _HELD_MU.acquire(),
+                        after_in_parent=lambda: _HELD_MU.release(),
+                        after_in_child=_close_held_in_child)
 
 
 def _lock_name(kind: str, key: str) -> str:
@@ -79,8 +83,10 @@ class Locks:
         import portalocker
 
         path = self._path(kind, key)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, 0o600)
-        fh: IO[Any] = os.fdopen(fd, "r+b")
+        with _HELD_MU:  # registered from the start: a lock taken later is on this open file
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, 0o600)
+            fh: IO[Any] = os.fdopen(fd, "r+b")
+            _HELD[fd] = fh
         try:
             deadline = time.monotonic() + timeout
             delay = poll
@@ -98,14 +104,12 @@ class Locks:
                         ) from e
                     time.sleep(min(delay, deadline - now))
                     delay = min(delay * 2, 0.05)
-            with _HELD_MU:
-                _HELD[fd] = fh
             try:
                 yield
             finally:
-                with _HELD_MU:
-                    _HELD.pop(fd, None)
                 if not fh.closed:  # closed: this is a forked child, which never held it
                     portalocker.unlock(fh)
         finally:
+            with _HELD_MU:
+                _HELD.pop(fd, None)
             fh.close()

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
-from typing import Any
 
 from ._errors import InvalidState, UnreadableState
 from ._records import Event, Manifest, Marker
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 SESSION_FORMAT = "fsdurable.session/3"
 MARKER_FORMAT = "fsdurable.marker/1"

@@ -11,13 +11,22 @@ classes). Sessions, turns and the rest of the public model stay attrs classes (`
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, dataclass_transform
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, ClassVar, TypeVar
+
+    from typing_extensions import dataclass_transform
+
     from ._model import Session
 
-R = TypeVar("R", bound="Record")
-T = TypeVar("T", bound=type)
+    R = TypeVar("R", bound="Record")
+    T = TypeVar("T", bound=type)
+else:  # the decorator only informs type checkers
+
+    def dataclass_transform(**_: object) -> Callable[[T], T]:
+        return lambda f: f
 
 
 class Record:

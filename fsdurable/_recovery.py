@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import attrs
 
 from . import _events as ev
+from . import _repair
 from ._errors import FsDurableError, HostError, LockTimeout, SessionNotFound, UnreadableState
 from ._gates import VERDICTS, RecoveryPolicy, judged, verdict
 from ._model import Marker, Message, Session, in_doubt, unanswered_calls
@@ -56,10 +57,15 @@ class Host(Protocol):
 class Outcome:
     """What recovery decided (``verdict``, from the marker alone) and did (``outcome``) for one
     marker. Outcomes: resumed, failed, abandoned, review_required, superseded, repaired, kept
-    (disabled), listed (foreign), busy (route held — a live turn, or a resume in flight
-    elsewhere — or the turn claimed by another process since it was listed), planned (dry run), left
-    (``resume=False``: would resume, left for the host), error (the disk refused a write; the
-    marker stays for the next start)."""
+    (disabled, or a marker the disk refused to read), listed (foreign), busy (route held — a
+    live turn, or a resume in flight elsewhere — or the turn claimed by another process since it
+    was listed), left (``resume=False``: would resume, left for the host), error (the disk
+    refused a write; the marker stays for the next start), and from the repair gate for a bad
+    marker (verdict ``unreadable``): waiting_for_sync (another node's, or ahead of its
+    session), needs_newer (a newer fsdurable's format: left in place), quarantined.
+    A dry run says what a real run would do: would_resume, would_abandon, would_repair,
+    would_supersede, would_review, would_leave, would_rebuild_marker, would_quarantine, ... —
+    or the same kept / listed / waiting_for_sync / needs_newer a real run would report."""
 
     session_id: str
     turn_id: str
@@ -95,18 +101,87 @@ def _policy(store: Store, policy: RecoveryPolicy | None) -> RecoveryPolicy:
 
 
 def assess(store: Store, policy: RecoveryPolicy | None = None, *,
-           select: Callable[[Marker], bool] | None = None) -> list[Outcome]:
-    """Dry run: each marker's verdict and age. Runs nothing, writes nothing, emits nothing
-    (except that an unreadable marker is quarantined by the listing, as on every read)."""
+           select: Callable[[Marker], bool] | None = None, loop: Host | None = None,
+           resume: bool = True) -> list[Outcome]:
+    """Dry run: what ``recover`` would do with each marker, from the same reads. Runs nothing,
+    changes nothing on disk, emits nothing."""
     pol = _policy(store, policy)
-    now = store.clock()
-    out = []
-    for m in store.interrupted():
+    markers, bad = store.scan_markers()
+    out = [_bad_marker(store, sid, why, dry_run=True) for sid, why in bad]
+    for m in markers:
         if select is not None and not select(m):
             continue
-        v = verdict(m, node_id=store.node_id, now=now, policy=pol)
-        out.append(Outcome(m.session_id, m.turn_id, m.node_id, v, now - m.checkpoint_at,
-                           m.resume_attempts, "planned"))
+        out.append(_plan(store, m, pol, loop, resume))
+    return out
+
+
+def _plan(store: Store, m: Marker, pol: RecoveryPolicy, loop: Host | None,
+          resume: bool) -> Outcome:
+    now = store.clock()
+    v = verdict(m, node_id=store.node_id, now=now, policy=pol)
+    base = Outcome(m.session_id, m.turn_id, m.node_id, v, now - m.checkpoint_at,
+                   m.resume_attempts, "")
+    if v in ("disabled", "foreign"):
+        return attrs.evolve(base, outcome="kept" if v == "disabled" else "listed", reason=v)
+    try:
+        s = store.load(m.session_id)
+    except SessionNotFound:
+        return attrs.evolve(base, outcome="would_repair", reason="orphan")
+    except UnreadableState as e:
+        return attrs.evolve(base, outcome="would_abandon", reason="unreadable", error=e.reason)
+    if not s.in_progress or s.turn is None:
+        return attrs.evolve(base, outcome="would_repair", reason="orphan")
+    if s.turn.id != m.turn_id:
+        return attrs.evolve(base, outcome="would_supersede", reason="superseded")
+    exact = judged(m, s.turn.checkpoint_at, s.turn.resume_attempts, now=now,
+                   policy=pol).marker
+    v = verdict(exact, node_id=store.node_id, now=now, policy=pol)
+    base = attrs.evolve(base, verdict=v, age=now - exact.checkpoint_at,
+                        attempts=exact.resume_attempts)
+    if v in ("stale", "exhausted"):
+        return attrs.evolve(base, outcome="would_abandon", reason=v)
+    if not resume:
+        return attrs.evolve(base, outcome="would_leave", reason="no_loop")
+    if any(loop is None or not _rerun_safe(loop, store, e.name) for e in in_doubt(s)):
+        return attrs.evolve(base, outcome="would_review", reason="in_doubt")
+    return attrs.evolve(base, outcome="would_resume")
+
+
+def _bad_marker(store: Store, sid: str, why: str, *, dry_run: bool) -> Outcome:
+    """A marker the listing could not read: the repair gate decides (a dry run only asks)."""
+    base = Outcome(sid, "", "", "unreadable", 0.0, 0, "", reason=why)
+    if why == "refused":  # EACCES/EIO: kept, reported, never moved
+        if not dry_run:
+            store.emit(SKIPPED, session_id=sid, reason="unreadable", cause=why,
+                       path=store.layout.marker(sid))
+        return attrs.evolve(base, outcome="kept")
+    try:
+        act = _repair.repair_marker(store, sid, dry_run=dry_run)
+    except (FsDurableError, OSError) as e:
+        return attrs.evolve(base, outcome="error", reason="error",
+                            error=f"{type(e).__name__}: {e}")
+    if not dry_run and act.action in (_repair.WAITING, _repair.NEEDS_NEWER):
+        store.emit(SKIPPED, session_id=sid, reason=act.action, cause=act.reason,
+                   path=act.path)
+    return attrs.evolve(base, outcome=act.action, reason=act.reason or why, error=act.detail)
+
+
+def _bad_markers(store: Store, markers: list[Marker], bad: list[tuple[str, str]]
+                 ) -> list[Outcome]:
+    """Real recovery takes each bad marker to the repair gate first; one it rebuilt (this
+    node's turn in progress) joins ``markers`` and is gated like the others."""
+    out = []
+    for sid, why in bad:
+        o = _bad_marker(store, sid, why, dry_run=False)
+        if o.outcome == "rebuilt_marker":
+            try:
+                rebuilt = store.read_marker(sid)
+            except (FsDurableError, OSError):
+                rebuilt = None
+            if rebuilt is not None:
+                markers.append(rebuilt)
+                continue
+        out.append(o)
     return out
 
 
@@ -141,13 +216,18 @@ def recover(store: Store, loop: Host, policy: RecoveryPolicy | None = None, *,
     loop, like the CLI. A turn whose route lock is held (a live turn, or another process
     resuming it right now) is ``busy``: tried once, never waited for, so however many processes
     recover at one start, each turn is claimed — and spends an attempt — at most once.
-    Never raises because of one turn: each outcome is in the report and the event log.
+    A marker that cannot be read goes to the repair gate first (this node's turn in progress:
+    rebuilt from its session, then gated like the others). ``dry_run=True`` changes nothing
+    and says what a real run would do. Never raises because of one turn: each outcome is in the
+    report and the event log.
     """
     pol = _policy(store, policy)
     if dry_run:
-        return RecoveryReport(tuple(assess(store, pol, select=select)), dry_run=True)
-    out = []
-    for m in store.interrupted():
+        return RecoveryReport(tuple(assess(store, pol, select=select, loop=loop,
+                                           resume=resume)), dry_run=True)
+    markers, bad = store.scan_markers()
+    out = _bad_markers(store, markers, bad)
+    for m in markers:
         if select is not None and not select(m):
             continue
         base, done = _listed(store, m, pol)
@@ -170,8 +250,9 @@ async def arecover(store: Store, host: Host, policy: RecoveryPolicy | None = Non
     from ._aio import run_sync
 
     pol = _policy(store, policy)
-    out = []
-    for m in await run_sync(store.interrupted):
+    markers, bad = await run_sync(store.scan_markers)
+    out = await run_sync(_bad_markers, store, markers, bad)
+    for m in markers:
         if select is not None and not select(m):
             continue
         base, done = await run_sync(_listed, store, m, pol)
@@ -272,6 +353,15 @@ class _Claim:
     base: Outcome
 
 
+def _repaired(store: Store, sid: str, base: Outcome, reason: str) -> Outcome:
+    """The marker disagrees with its session: the repair gate makes them agree (or reports why
+    it may not: another node's, ahead of its session, a newer format)."""
+    act = _repair.repair_marker(store, sid)
+    if act.acted or act.action == _repair.NOTHING:
+        return attrs.evolve(base, outcome="repaired", reason=reason)
+    return attrs.evolve(base, outcome=act.action, reason=act.reason, error=act.detail)
+
+
 def _rerun_safe(host: Host, store: Store, name: str) -> bool:
     """May an in-doubt call of ``name`` be re-run on an unattended resume? The host says so
     (``rerun_safe``), else: only an ``idempotent`` tool that the deny-list does not refuse."""
@@ -286,7 +376,11 @@ def _claim(store: Store, loop: Host, marker: Marker, pol: RecoveryPolicy, adopt:
     """Under the route lock: re-read, re-gate, and either decide (an Outcome) or commit the
     attempt (a _Claim, to resume)."""
     sid, tid = marker.session_id, marker.turn_id
-    fresh = store.read_marker(sid)
+    try:
+        fresh = store.read_marker(sid)
+    except UnreadableState as e:  # went bad since the listing: the gate, then the next start
+        o = _bad_marker(store, sid, e.reason or "unreadable", dry_run=False)
+        return attrs.evolve(base, outcome=o.outcome, reason=o.reason, error=o.error)
     if fresh is not None and fresh.turn_id == tid and fresh.route_key != marker.route_key:
         # the route changed since the listing: the lock held is not the turn's; next start
         store.emit(SKIPPED, session_id=sid, turn_id=tid, reason="route_changed",
@@ -300,16 +394,20 @@ def _claim(store: Store, loop: Host, marker: Marker, pol: RecoveryPolicy, adopt:
     try:
         s = store.load(sid)
     except SessionNotFound:
-        store.repair_marker(sid)  # marker_repaired (orphan)
-        return attrs.evolve(base, outcome="repaired", reason="orphan")
-    except UnreadableState:  # quarantined with an event by load; clear the marker with another
-        store.abandon_turn(sid, tid, reason="unreadable")
+        return _repaired(store, sid, base, "orphan")  # marker_repaired (orphan)
+    except UnreadableState:  # the gate quarantines it (an event), then the marker goes
+        act = _repair.repair_session(store, sid)
+        if not act.acted:  # a newer format, another node's, or the disk refused: left
+            return attrs.evolve(base, outcome=act.action, reason=act.reason or "unreadable",
+                                error=act.detail)
+        store.abandon_turn(sid, tid, reason="unreadable", moved_to=act.moved_to)
+        _repair.repair_marker(store, sid)
         return attrs.evolve(base, outcome="abandoned", reason="unreadable")
     if not s.in_progress or s.turn is None:
-        store.repair_marker(sid)  # a crash between the session write and the marker removal
-        return attrs.evolve(base, outcome="repaired", reason="orphan")
+        # a crash between the session write and the marker removal
+        return _repaired(store, sid, base, "orphan")
     if s.turn.id != tid:
-        store.repair_marker(sid)
+        _repaired(store, sid, base, "superseded")
         store.emit(ev.ABANDONED, session_id=sid, turn_id=tid, reason="superseded",
                    detail_reason="session_on_other_turn", current_turn=s.turn.id)
         return attrs.evolve(base, outcome="superseded", reason="superseded")

@@ -8,18 +8,18 @@ host's ``fsdurable.recover(store, loop)``. ``--dry-run`` only computes the verdi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from ._errors import TurnStateError
 from .cli import Result, _age, command, open_store, table
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up)
 if TYPE_CHECKING:
     import argparse
+    from typing import Any
 
 
-def _judged(st: Any) -> list[dict[str, Any]]:
+def _judged(st: Any, markers: list[Any]) -> list[dict[str, Any]]:
     """Every interrupted turn with its verdict, from one listing of markers/ (no session read,
-    no agent loop, no attrs): what ``interrupted`` and ``recover --dry-run`` print."""
+    no agent loop, no attrs): what ``interrupted`` prints."""
     from ._gates import RecoveryPolicy, verdict
 
     pol = RecoveryPolicy.from_config(st.config)
@@ -28,7 +28,7 @@ def _judged(st: Any) -> list[dict[str, Any]]:
              "verdict": verdict(m, node_id=st.node_id, now=now, policy=pol),
              "age_seconds": round(now - m.checkpoint_at, 3),
              "resume_attempts": m.resume_attempts, "route_key": m.route_key,
-             "source": m.source, "checkpoint_at": m.checkpoint_at} for m in st.interrupted()]
+             "source": m.source, "checkpoint_at": m.checkpoint_at} for m in markers]
 
 
 def _rows(data: list[dict[str, Any]], *, outcome: bool = False) -> list[list[str]]:
@@ -44,10 +44,15 @@ def _rows(data: list[dict[str, Any]], *, outcome: bool = False) -> list[list[str
 
 @command("interrupted")
 def _interrupted(args: argparse.Namespace) -> Result:
-    data = _judged(open_store(args))
-    text = (table(_rows(data), ["session", "verdict", "age", "attempts", "node"]) if data
-            else "(none)")
-    return 0, {"interrupted": data}, text
+    st = open_store(args)
+    # one listing; a marker that cannot be read is listed as bad, never moved: recover and
+    # doctor --repair take it to the repair gate
+    markers, bad = st.scan_markers()
+    data = _judged(st, markers)
+    rows = _rows(data) + [[sid, f"unreadable ({why})", "", "", ""] for sid, why in bad]
+    text = table(rows, ["session", "verdict", "age", "attempts", "node"]) if rows else "(none)"
+    return 0, {"interrupted": data,
+               "unreadable": [{"session_id": sid, "reason": why} for sid, why in bad]}, text
 
 
 class _NoLoop:
@@ -68,9 +73,15 @@ def _recover_args(p: argparse.ArgumentParser) -> None:
 @command("recover", args=_recover_args)
 def _recover(args: argparse.Namespace) -> Result:
     st = open_store(args)
-    if args.dry_run:  # the gates alone: as cheap as `interrupted` (recovery's `assess`)
-        data = [{**d, "outcome": "planned", "reason": None, "error": None, "status": None}
-                for d in _judged(st)]
+    if args.dry_run:  # what this command would do, judged like `interrupted` (as cheap)
+        markers, bad = st.scan_markers()
+        data = [{**d, "outcome": _WOULD[d["verdict"]], "reason": d["verdict"], "error": None,
+                 "status": None} for d in _judged(st, markers)]
+        if bad:  # the repair gate's plan for each (it reads their sessions: only then)
+            from ._recovery import assess
+
+            data += [_outcome(o) for o in assess(st, resume=False)
+                     if o.verdict == "unreadable"]
     else:
         from ._recovery import recover
 
@@ -78,6 +89,12 @@ def _recover(args: argparse.Namespace) -> Result:
     header = ["session", "verdict", "age", "attempts", "node", "outcome"]
     text = table(_rows(data, outcome=True), header) if data else "(no interrupted turns)"
     return 0, {"dry_run": bool(args.dry_run), "outcomes": data}, text
+
+
+# the marker's verdict -> what `recover` (no loop: resumable turns are left for the host) does
+# with it; a real run may also find the turn finished (superseded) or its marker an orphan
+_WOULD = {"resume": "would_leave", "stale": "would_abandon", "exhausted": "would_abandon",
+          "foreign": "listed", "disabled": "kept"}
 
 
 def _outcome(o: Any) -> dict[str, Any]:

@@ -2,19 +2,18 @@
 
 Invariant: on disk, ``session.in_progress`` is true  =>  ``markers/<id>.json`` exists, at every
 crash point. A marker whose session is not in progress (a crash between the session write and the
-marker removal) is repaired, with a ``marker_repaired`` event, when recovery or doctor meets it.
+marker removal) is repaired, with a ``marker_repaired`` event, when recovery or doctor meets it —
+through the repair gate (``_repair``), which sits above the store: reads here never repair.
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import re
-import threading
 import time
-from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _discovery, _fsio
 from . import _events as ev
@@ -33,14 +32,19 @@ from ._layout import Layout, new_id, own_id, state_dir, validate_node_id, valida
 from ._recordcodec import encode_manifest, encode_marker, parse_manifest
 from ._records import Event, Manifest, Marker
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import Any, TypeVar
+
     from ._model import Session
     from ._watch import Change, StopEvent
+
+    _T = TypeVar("_T")
 
 # Opening a store and listing its markers imports only the standard library (DESIGN.md "Layers",
 # tests/test_startup_imports.py): attrs, the model and the session codec are imported where a
 # session is read or built.
-_T = TypeVar("_T")
 
 
 def _evolve(inst: _T, **changes: Any) -> _T:
@@ -106,10 +110,10 @@ class Store:
         self.clock = clock
         self._durable = config.fsync
         self._node_id = validate_node_id(node_id) if node_id is not None else None
-        self._mu = threading.Lock()
+        self._mu = _thread.allocate_lock()  # threading.Lock without importing threading
         self._seen: dict[str, _Seen] = {}  # session id -> what we last read or wrote
         self._marks: dict[str, tuple[StatKey, Marker]] = {}  # markers this store read or wrote
-        self._held = threading.local()
+        self._held = _thread._local()  # threading.local, likewise
         self._locks: Any = None
         self._log: ev.EventLog | None = None
         self.manifest = self._open(create)
@@ -133,7 +137,7 @@ class Store:
             except UnreadableState as e:
                 if e.reason == "unknown_version":
                     raise  # a newer fsdurable's store: writing to it could corrupt it
-                self.quarantine(lay.manifest, kind="manifest", reason=e.reason or "unreadable")
+                self._set_aside_manifest(e.reason or "unreadable")
         m = Manifest(store_id=new_id(), created_at=self.clock())
         try:
             _fsio.write_atomic(lay.manifest, encode_manifest(m), overwrite=False,
@@ -169,6 +173,16 @@ class Store:
     def events(self, session_id: str | None = None) -> list[Event]:
         """Every node's events (optionally one session's), oldest first."""
         return self.log.read(session_id)
+
+    def prune_events(self, *, now: float | None = None) -> dict[str, Any]:
+        """Apply ``Config.event_retention`` to this node's event log: remove its day files older
+        than the window (whole UTC days), with one ``events_pruned`` event saying what went.
+        Never touches another node's log. ``doctor --repair`` calls this."""
+        at = self.clock() if now is None else now
+        done = self.log.prune(at - self.config.event_retention)
+        if done["files"]:
+            self.emit(ev.EVENTS_PRUNED, retention=self.config.event_retention, **done)
+        return done
 
     def watch(self, *, poll: bool = False, initial: bool = False,
               stop_event: StopEvent | None = None, debounce: float | None = None,
@@ -243,8 +257,9 @@ class Store:
         return sid + ".json" in _fsio.list_names(self.layout.sessions)
 
     def load(self, session_id: str) -> Session:
-        """The session as on disk. An unreadable file is quarantined (with an event) and raises
-        UnreadableState; an older format is migrated and rewritten in the current one."""
+        """The session as on disk. Reads never repair: an unreadable file raises UnreadableState
+        and stays where it is (``doctor --repair`` or recovery quarantine it, through the repair
+        gate); an older format is migrated in memory (the next commit writes the current one)."""
         sid = validate_session_id(session_id)
         s = self._read(sid)
         if s is None:
@@ -256,28 +271,22 @@ class Store:
         from ._codec import parse_session
 
         path = self.layout.session(sid)
-        st: os.stat_result | None = None
         try:
             data, st = _fsio.read_bounded(path, self.config.max_file_bytes)
             s, migrated = parse_session(data, path=path, session_id=sid)
         except FileNotFoundError:
             self._forget(sid)
             return None
-        except UnreadableState as e:  # moved aside only if it is still the file judged
+        except UnreadableState as e:  # reported, never moved by a read (the repair gate does)
             if e.reason == "wrong_id":
                 self._refuse_case_alias(sid)
-            where = self.quarantine(path, kind="session", reason=e.reason or "unreadable",
-                                    session_id=sid, code=ev.SESSION_QUARANTINED, expect=st)
-            raise UnreadableState(f"{e.message}; moved to {where}", path=where or path,
-                                  session_id=sid, reason=e.reason) from e
+            e.session_id = sid
+            raise
         seen = _Seen(st, s)
-        with self._mu:
-            self._seen[sid] = seen
         if migrated:  # an old format has no current-format prefix to re-check: trust this read
             seen.racy = False
-            with self._commit_lock(sid):
-                s = self._commit_locked(s, s.version)
-            self.emit(ev.SESSION_MIGRATED, session_id=sid, version=s.version)
+        with self._mu:
+            self._seen[sid] = seen
         return s
 
     def _refuse_case_alias(self, sid: str) -> None:
@@ -298,7 +307,7 @@ class Store:
                 reason="case_collision")
 
     def _load_or_none(self, sid: str) -> Session | None:
-        """The session, or None if it is missing or unreadable (then quarantined, an event)."""
+        """The session, or None if it is missing or unreadable (left where it is)."""
         try:
             return self._read(sid)
         except UnreadableState:
@@ -307,6 +316,10 @@ class Store:
     def _forget(self, sid: str) -> None:
         with self._mu:
             self._seen.pop(sid, None)
+            self._marks.pop(sid, None)
+
+    def _forget_marker(self, sid: str) -> None:
+        with self._mu:
             self._marks.pop(sid, None)
 
     def _disk_version(self, sid: str) -> int:
@@ -329,11 +342,7 @@ class Store:
             seen.racy = _racy(st)
             return seen.version, seen.commit_id
         try:
-            s = self._read(sid)
-        except UnreadableState:
-            if _fsio.lstat(path) is not None:
-                raise  # it could not be moved aside: never write over it
-            return 0, ""  # quarantined: nothing is there any more
+            s = self._read(sid)  # UnreadableState: never write over a file we cannot read
         except SessionNotFound as e:  # the name is another session's (case-insensitive fs)
             raise ConflictError(e.message, session_id=sid, path=e.path,
                                 reason="case_collision") from e
@@ -353,62 +362,31 @@ class Store:
     def interrupted(self) -> list[Marker]:
         """Every interrupted turn, from ONE listing of ``markers/`` and the markers themselves.
 
-        Never reads ``sessions/`` (but for a bad marker's own session); never raises because of
-        one bad marker: it is quarantined, then rebuilt if its session is in progress, else
-        reported as an ``interrupted_turn_abandoned`` event, reason ``unreadable`` (see
-        ``read_marker``). One the disk refuses to read (EACCES, EIO) is left in place with an
-        ``interrupted_turn_skipped`` event. Oldest checkpoint first.
+        Never reads ``sessions/``, never raises because of one bad marker and never changes
+        anything on disk: a marker that cannot be read is left out (``scan_markers`` lists it;
+        recovery and ``doctor --repair`` repair it through the repair gate). Oldest checkpoint
+        first.
         """
+        return self.scan_markers()[0]
+
+    def scan_markers(self) -> tuple[list[Marker], list[tuple[str, str]]]:
+        """One listing of ``markers/`` (``_discovery``): the good markers (oldest checkpoint
+        first) and the bad ones as ``(session_id, reason)`` — unreadable, a newer format, or
+        ``refused`` (the disk refused: EACCES, EIO). Reads only."""
         listing = _discovery.scan(self.layout, _discovery.marker_cap(self.config.max_file_bytes))
         out = []
         for m, st in listing.markers:
             with self._mu:
                 self._marks[m.session_id] = (_key(st), m)
             out.append(m)
-        repaired = False
-        for sid, err in listing.bad:
-            if isinstance(err, StorageError):  # EACCES/EIO on one marker: kept, not run, reported
-                self.emit(ev.SKIPPED, session_id=sid, reason="unreadable", cause=err.reason,
-                          path=self.layout.marker(sid))
-                continue
-            rebuilt = self.read_marker(sid)  # quarantined, rebuilt if its session is in progress
-            if rebuilt is not None:
-                out.append(rebuilt)
-                repaired = True
-        if repaired:
-            out.sort(key=lambda m: (m.checkpoint_at, m.session_id))
-        return out
+        bad = sorted((sid, "refused" if isinstance(err, StorageError)
+                      else (err.reason or "unreadable")) for sid, err in listing.bad)
+        return out, bad
 
     def read_marker(self, sid: str) -> Marker | None:
-        """The marker of ``sid`` (None if there is none).
-
-        An unreadable marker is moved to ``quarantine/`` (a ``file_quarantined`` event); if its
-        session is in progress the marker is then rebuilt from the session (``marker_repaired``),
-        so the turn stays discoverable; otherwise the turn is reported abandoned (``unreadable``).
-        """
-        try:
-            return self._marker_raw(sid)
-        except UnreadableState as e:
-            bad = e
-        try:
-            with self._commit_lock(sid):
-                try:
-                    return self._marker_raw(sid)  # rewritten meanwhile by a commit?
-                except UnreadableState as e:
-                    bad = e
-                self.quarantine(self.layout.marker(sid), kind="marker",
-                                reason=bad.reason or "unreadable", session_id=sid)
-                s = self._load_or_none(sid)
-                if s is None or not s.in_progress or s.turn is None:
-                    self.emit(ev.ABANDONED, session_id=sid, reason="unreadable",
-                              cause=bad.reason, path=self.layout.marker(sid))
-                    return None
-                self._commit_locked(s, s.version)
-                self.emit(ev.MARKER_REPAIRED, session_id=sid, turn_id=s.turn.id,
-                          reason="unreadable", cause=bad.reason)
-                return self._marker_raw(sid)
-        except (FsDurableError, OSError):
-            return None  # locked for too long, or the disk refused: the next start retries
+        """The marker of ``sid`` (None if there is none); UnreadableState if it is bad — a read
+        never repairs (the repair gate rebuilds it from its session, keeping its owner)."""
+        return self._marker_raw(validate_session_id(sid))
 
     def _marker_raw(self, sid: str) -> Marker | None:
         """Read and parse a marker (cached by stat); UnreadableState if it is bad."""
@@ -535,7 +513,9 @@ class Store:
             else:
                 try:
                     cur = self._marker_raw(sid)
-                except UnreadableState:
+                except UnreadableState as e:
+                    if e.reason == "unknown_version":
+                        raise  # a newer fsdurable's marker: never written over
                     cur = None  # ours, and corrupt: the rewrite below replaces it
         same_turn = cur is not None and cur.turn_id == turn.id
         node = (owner or turn.node_id or (cur.node_id if cur is not None and same_turn else None)
@@ -710,95 +690,29 @@ class Store:
     def abandon_turn(self, session_id: str, turn_id: str, *, reason: str,
                      **detail: Any) -> Session | None:
         """Clear an interrupted turn that will not be resumed, with an
-        ``interrupted_turn_abandoned`` event; its marker goes with it. Returns None (and still
-        removes the marker) if the session is gone or no longer on that turn."""
+        ``interrupted_turn_abandoned`` event; its marker goes with it (the commit function).
+        Returns None, touching nothing, if the session is gone, unreadable or no longer on that
+        turn (a marker left then is the repair gate's: ``_repair.repair_marker``)."""
         sid = validate_session_id(session_id)
         with self._commit_lock(sid):
             s = self._load_or_none(sid)
             if s is not None and s.in_progress and s.turn is not None and s.turn.id == turn_id:
                 s = self._commit_locked(_evolve(s, in_progress=False, turn=None), s.version)
             else:
-                self._remove_orphan_marker(sid, s)
+                s = None
         self.emit(ev.ABANDONED, session_id=sid, turn_id=turn_id, reason=reason, **detail)
         return s
 
-    def _remove_orphan_marker(self, sid: str, s: Session | None) -> bool:
-        """Under the commit lock: drop a marker whose session is not in progress."""
-        if s is not None and s.in_progress:
-            return False
-        if _fsio.unlink(self.layout.marker(sid), durable=self._durable):
-            with self._mu:
-                self._marks.pop(sid, None)
-            self.emit(ev.MARKER_REPAIRED, session_id=sid, reason="orphan")
-            return True
-        return False
+    # ------------------------------------------------------------------ manifest
 
-    def repair_marker(self, session_id: str) -> str | None:
-        """Make the marker agree with the session: remove an orphan, or write a missing or stale
-        one (through the commit function). Returns what was done, or None."""
-        sid = validate_session_id(session_id)
-        with self._commit_lock(sid):
-            s = self._load_or_none(sid)
-            if s is None or not s.in_progress:
-                return "removed_orphan" if self._remove_orphan_marker(sid, s) else None
-            m = self.read_marker(sid)
-            assert s.turn is not None
-            if m is not None and m.turn_id == s.turn.id:
-                return None
-            self._commit_locked(s, s.version)
-            self.emit(ev.MARKER_REPAIRED, session_id=sid, turn_id=s.turn.id,
-                      reason="missing" if m is None else "wrong_turn")
-            return "rewrote"
-
-    # ------------------------------------------------------------------ quarantine
-
-    def quarantine(self, path: str, *, kind: str, reason: str, session_id: str | None = None,
-                   code: str = ev.FILE_QUARANTINED,
-                   expect: os.stat_result | None = None) -> str | None:
-        """Move a file aside into ``quarantine/`` (never delete it) with an event.
-
-        A session's or marker's file is moved under that session's commit lock, and only if it
-        is still the file that was judged (``expect``): a good file committed meanwhile stays.
-        Returns the new path, or None if nothing was moved (gone, replaced, or the move failed —
-        a read-only store: the file stays and the failure is reported, never raised)."""
-        if session_id is not None and kind in ("session", "marker"):
-            try:
-                with self._commit_lock(session_id):
-                    return self._quarantine(path, kind, reason, session_id, code, expect)
-            except FsDurableError as e:  # the lock: leave it for the next look
-                self.emit(code, session_id=session_id, reason=reason, path=path,
-                          quarantine_failed=str(e))
-                return None
-        return self._quarantine(path, kind, reason, session_id, code, expect)
-
-    def _quarantine(self, path: str, kind: str, reason: str, session_id: str | None,
-                    code: str, expect: os.stat_result | None) -> str | None:
-        now = _fsio.lstat(path)
-        if now is None or (expect is not None and _key(now) != _key(expect)):
-            return None  # moved by another process, or replaced by a good commit
-        import secrets
-
+    def _set_aside_manifest(self, reason: str) -> None:
+        """A manifest nobody can read is moved into ``quarantine/`` (with an event) so a new one
+        can be written: it holds no user data (store id, creation time) and opening a store must
+        never fail on it."""
+        lay = self.layout
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self.clock()))
-        # a random part: two processes quarantining at once never pick the same name
-        base = f"{stamp}-{secrets.token_hex(3)}-{kind}-{os.path.basename(path)}"
-        dest = os.path.join(self.layout.quarantine, base)
-        n = 0
-        while _fsio.lstat(dest) is not None:
-            n += 1
-            dest = os.path.join(self.layout.quarantine, f"{base}.{n}")
-        try:
-            _fsio.rename(path, dest, durable=self._durable)
-        except FileNotFoundError:
-            return None  # another process moved it first (and reported it)
-        except OSError as e:
-            self.emit(code, session_id=session_id, reason=reason, path=path,
-                      quarantine_failed=str(e))
-            return None
-        if kind == "marker" and session_id:
-            with self._mu:
-                self._marks.pop(session_id, None)
-        if kind == "session" and session_id:
-            self._forget(session_id)
-        self.emit(code, session_id=session_id, reason="unreadable" if code == ev.ABANDONED
-                  else reason, kind=kind, cause=reason, path=path, moved_to=dest)
-        return dest
+        dest = os.path.join(lay.quarantine,
+                            f"{stamp}-{os.urandom(3).hex()}-manifest.{reason}-fsdurable.json")
+        _fsio.rename(lay.manifest, dest, durable=self._durable)
+        self.emit(ev.FILE_QUARANTINED, reason=reason, kind="manifest", cause=reason,
+                  path=lay.manifest, moved_to=dest)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from . import _events as ev
-from . import _fsio
+from . import _fsio, _repair
 from ._codec import parse_marker, parse_session
 from ._errors import InvalidState, SessionNotFound, TurnStateError, UnreadableState
 from ._layout import NameKind, classify, validate_session_id
@@ -68,6 +68,8 @@ class Version:
     error: str | None = None  # why it could not be read (then it can only be quarantined)
     session: Session | None = attrs.field(default=None, repr=False, eq=False)
     marker: Marker | None = attrs.field(default=None, repr=False, eq=False)
+    # the stat it was judged by: ``resolve`` moves only that exact file (the repair gate's rule)
+    stat: os.stat_result | None = attrs.field(default=None, repr=False, eq=False)
 
     def describe(self) -> str:
         """One line for humans: ``version 7, in progress (turn t1), 12 messages, updated ...``."""
@@ -81,7 +83,7 @@ class Version:
         return f"version {self.version}, {state}, {self.messages} messages, updated {when}"
 
     def to_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self, filter=lambda a, v: a.name not in ("session", "marker"))
+        return attrs.asdict(self, filter=lambda a, v: a.name not in ("session", "marker", "stat"))
 
 
 def read_version(store: Store, path: str, session_id: str, kind: str = SESSION, *,
@@ -98,9 +100,9 @@ def read_version(store: Store, path: str, session_id: str, kind: str = SESSION, 
         ls = _fsio.lstat(path)
         return Version(path=path, kind=kind, local=local, tool=tool,
                        size=ls.st_size if ls else 0, mtime=ls.st_mtime if ls else 0.0,
-                       error=e.reason or "unreadable")
+                       error=e.reason or "unreadable", stat=ls)
     base = Version(path=path, kind=kind, local=local, tool=tool, size=st.st_size,
-                   mtime=st.st_mtime)
+                   mtime=st.st_mtime, stat=st)
     try:
         if kind == MARKER:
             m = parse_marker(data, path=path, session_id=session_id)
@@ -167,6 +169,7 @@ class Resolution:
     version: int | None  # the session's version on disk now
     quarantined: tuple[str, ...]  # where the other versions (and stale marker copies) went
     changed: bool
+    kept_moved_to: str | None = None  # a kept conflict copy, set aside once committed
 
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -179,9 +182,11 @@ def _pick(sess: list[Version], keep: str) -> Version:
         if not readable:
             raise UnreadableState(f"no readable version of the session at {sid_path}",
                                   path=sid_path, reason="no_readable_version")
-        # the highest version wins (never the newest mtime: a sync tool rewrites mtimes);
-        # a tie goes to the later commit, then to the store's own file
-        return max(readable, key=lambda v: (v.version or 0, v.updated_at or 0.0, v.local))
+        # the newest COMMIT wins: its commit time (``updated_at``, written inside the file —
+        # never the file's mtime, which a sync tool rewrites); a tie goes to the higher
+        # version, then to the store's own file. Two nodes number their commits separately,
+        # so the highest version is not the newest.
+        return max(readable, key=lambda v: (v.updated_at or 0.0, v.version or 0, v.local))
     local = next((v for v in sess if v.local), None)
     if local is None:
         raise SessionNotFound("there is no local version to keep (only conflict copies): use "
@@ -195,39 +200,33 @@ def _pick(sess: list[Version], keep: str) -> Version:
 def _preserve(store: Store, v: Version) -> str:
     """Copy a version that is about to be overwritten into ``quarantine/`` (not a move: the
     session file must never be absent while its marker says it is in progress)."""
-    data, _ = _fsio.read_bounded(v.path, store.config.max_file_bytes)
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(store.clock()))
-    base = os.path.join(store.layout.quarantine, f"{stamp}-conflict-{v.kind}-"
-                        f"{os.path.basename(v.path)}")
-    dest, n = base, 0
-    while True:
-        try:
-            _fsio.write_atomic(dest, data, overwrite=False, durable=store.config.fsync)
-            return dest
-        except FileExistsError:
-            n += 1
-            dest = f"{base}.{n}"
+    return _repair.copy_aside(store, v.path, f"conflict-{v.kind}", "conflict_resolved")
 
 
 def _move(store: Store, v: Version, sid: str) -> str:
-    where = store.quarantine(v.path, kind=f"conflict-{v.kind}", reason="conflict_resolved",
-                             session_id=sid)
+    where = _repair.quarantine(store, v.path, kind=f"conflict-{v.kind}",
+                               reason="conflict_resolved", expect=v.stat, session_id=sid)
     if where is None:
-        raise InvalidState(f"could not move {v.path} to quarantine", path=v.path,
-                           session_id=sid, reason="quarantine_failed")
+        raise InvalidState(f"could not move {v.path} to quarantine (changed since it was "
+                           "read, or the disk refused)", path=v.path, session_id=sid,
+                           reason="quarantine_failed")
     return where
 
 
 def resolve(store: Store, session_id: str, *, keep: str = KEEP_NEWEST) -> Resolution:
     """Resolve a session's conflict copies: keep one version, quarantine every other.
 
-    ``keep``: ``"newest"`` (the highest version; a tie goes to the later commit, then to the
-    local file), ``"local"`` (the store's own file), or a PATH to one of the versions (a conflict
-    copy, or a session file elsewhere, e.g. taken back out of ``quarantine/``). A kept copy is
+    ``keep``: ``"newest"`` (the latest commit, by the commit time written in each file; a tie
+    goes to the higher version, then to the local file), ``"local"`` (the store's own file), or
+    a PATH to one of the versions (a conflict copy, or a session file elsewhere, e.g. taken back
+    out of ``quarantine/``). A kept copy is
     committed over the local file through the one commit function (compare-and-swap on the local
     version, marker first); the session's new version is above every version seen; the local
     file's old content is copied into ``quarantine/`` first. Every conflict copy of the session and
     of its marker ends in ``quarantine/`` and the marker is made to agree with the session.
+    ``quarantined`` lists the versions that lost (and stale marker copies); a kept conflict
+    copy, whose content now is the session, is moved aside too but reported as ``kept_moved_to``,
+    never among the losers. Every move goes through the repair gate (the exact file read).
     Emits ``conflict_resolved``. Holds the session's route lock, so a turn running here is never
     changed under its feet. Keeping an in-progress copy makes this node the owner of that turn
     (the event says which node had it).
@@ -286,17 +285,30 @@ def _resolve_locked(store: Store, sid: str, keep: str) -> Resolution:
             base, base_commit = 0, ""
         else:
             base, base_commit = 0, ""
-        # ConflictError if it moved meanwhile; the result is newer than every version seen, so
-        # "highest version" keeps meaning "latest" on every machine the copies came from
+        # ConflictError if it moved meanwhile; the result is above every version seen, so
+        # versions keep increasing on every machine the copies came from
         top = max((v.version or 0 for v in (*sess, winner)), default=0)
         s = store.commit(winner.session, base, at_least=top + 1, base_commit_id=base_commit)
         version = s.version
+    elif mode == KEEP_NEWEST and any((v.version or 0) >= (local.version or 0) for v in copies):
+        # the local file is the latest commit but a copy carries a version as high: re-commit
+        # it above every version seen (the same content), so no copy's number is ever reused
+        # (``--keep local`` leaves the local file untouched, as its name says)
+        assert local is not None and local.session is not None
+        top = max(v.version or 0 for v in sess)
+        s = store.commit(local.session, local.version or 0, at_least=top + 1,
+                         base_commit_id=local.session.commit_id)
+        version = s.version
+    kept_moved = None
     for v in copies:
-        if not (external and v is winner):
-            moved.append(_move(store, v, sid))
+        if v is winner:
+            if not external:
+                kept_moved = _move(store, v, sid)  # its content is the session now
+            continue
+        moved.append(_move(store, v, sid))
     for v in mcopies:
         moved.append(_move(store, v, sid))
-    store.repair_marker(sid)
+    _repair.repair_marker(store, sid)
     adopted = (winner is not local and winner.in_progress and prev_owner is not None
                and prev_owner != store.node_id)
     store.emit(ev.CONFLICT_RESOLVED, session_id=sid, turn_id=winner.turn_id, reason=mode,
@@ -304,7 +316,8 @@ def _resolve_locked(store: Store, sid: str, keep: str) -> Resolution:
                quarantined=moved, versions=[_brief(v) for v in sess + marks],
                **({"adopted_from": prev_owner} if adopted else {}))
     return Resolution(session_id=sid, keep=mode, kept=winner.path, kept_version=winner.version,
-                      version=version, quarantined=tuple(moved), changed=True)
+                      version=version, quarantined=tuple(moved), changed=True,
+                      kept_moved_to=kept_moved)
 
 
 def _brief(v: Version) -> dict[str, Any]:
@@ -406,7 +419,7 @@ def conflict_detail(store: Store, path: str, session_id: str, kind: str = SESSIO
     try:
         pick = _pick([v for v in (local, copy) if v is not None], KEEP_NEWEST)
         which = "the local file" if pick.local else "the copy"
-        hint = f" (--keep newest keeps {which}, version {pick.version})"
+        hint = f" (--keep newest keeps {which}, version {pick.version}: the latest commit)"
     except UnreadableState:
         hint = " (neither is readable: --keep PATH)"
     return text + f"; run `fsdurable resolve {sid}`{hint}"

@@ -225,7 +225,10 @@ class FileSessionStore:
             raise UnreadableState(f"transcript batch {batch!r} is missing", path=path,
                                   reason="missing_batch") from None
         except (ValueError, UnreadableState) as e:
-            where = self.store.quarantine(path, kind="entry", reason="unreadable", expect=st)
+            from ._repair import quarantine  # the repair gate: only the exact file judged
+
+            where = quarantine(self.store, path, kind="entry", reason="unreadable",
+                               expect=st)
             raise UnreadableState(f"transcript batch {batch!r} is unreadable: {e}",
                                   path=where or path, reason="unreadable") from e
 

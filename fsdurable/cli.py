@@ -17,18 +17,21 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
 
 OK, PROBLEMS, USAGE, INTERNAL = 0, 1, 2, 3
 
-# A handler gets the parsed args and returns (exit code, data for --json, text for humans).
-Result = tuple[int, Any, str]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up)
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Callable, Sequence
+    from typing import Any, NoReturn
 
+    # A handler gets the parsed args and returns (exit code, data for --json, text for humans).
+    Result = tuple[int, Any, str]
     Handler = Callable[[argparse.Namespace], Result]
     ArgsFn = Callable[[argparse.ArgumentParser], None]
+else:
+    Result = tuple  # the alias only informs type checkers
 
 # name -> (module that registers it with @command, one-line help). Lazy: nothing else is imported.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -56,6 +59,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ignore-file": ("._sync_cli", "print a shipped ignore file that keeps half-written files "
                                   "out of sync"),
     "node": ("._sync_cli", "print this machine's node id and where its machine-local state is"),
+    "quarantine": ("._quarantine_cli", "list what sits in quarantine/ (what, why, when), "
+                                       "restore a fixed session, or --purge"),
 }
 _HANDLERS: dict[str, tuple[Handler, str, ArgsFn]] = {}
 
@@ -230,15 +235,13 @@ def _fast(argv: Sequence[str]) -> Any:
 
 def _load(name: str | None) -> None:
     """Import the module of command ``name`` (every command module when it is unknown)."""
-    import importlib
-
     if name in _HANDLERS:
         return
     modules = [COMMANDS[name][0]] if name in COMMANDS else dict.fromkeys(
         m for m, _ in COMMANDS.values())
     for mod in modules:
         try:
-            importlib.import_module(mod, __package__)
+            __import__(__package__ + mod)  # importlib.import_module, without importlib
         except ModuleNotFoundError as e:  # a command module this install does not ship
             if e.name != f"{__package__}{mod}":
                 raise

@@ -123,11 +123,19 @@ class FileSession:
 
     # ------------------------------------------------------------------ disk (worker thread)
 
-    def _load(self) -> Session | None:
-        """The session, or None if missing or unreadable (then quarantined, with an event)."""
+    def _load(self, *, repair: bool = False) -> Session | None:
+        """The session, or None if missing or unreadable. A read leaves a bad file where it is;
+        a write (``repair=True``) first has the repair gate quarantine it (an event) — unless
+        it is in a newer format or another node's turn: then the write fails, nothing lost."""
         try:
             return self.store.load(self.session_id)
-        except (SessionNotFound, UnreadableState):
+        except SessionNotFound:
+            return None
+        except UnreadableState:
+            if repair:
+                from ._repair import repair_session
+
+                repair_session(self.store, self.session_id)
             return None
 
     def _read(self) -> list[Item]:
@@ -136,7 +144,7 @@ class FileSession:
     def _mutate(self, fn: Callable[[list[Item]], tuple[list[Item], Any]]) -> Any:
         sid = self.session_id
         with self.store.commit_lock(sid):
-            s = self._load()
+            s = self._load(repair=True)
             cur = _items(s)
             new, out = fn(cur)
             if s is None:
@@ -358,13 +366,12 @@ async def paused_state(agent: Any, session: FileSession) -> Any:
 
 
 class _Host:
-    """fsdurable's recovery ``Host`` for Agents SDK runs: the gates and the claim run in a worker
-    thread; each claimed run is driven on the caller's event loop, unattended."""
+    """fsdurable's recovery ``Host`` for Agents SDK runs: ``fsdurable.arecover`` runs the gates
+    and the claim off the loop and awaits each claimed run here, on the caller's loop."""
 
-    def __init__(self, loop: Any, agent: Any, astore: AsyncStore,
-                 effects: Mapping[str, str], debounce: float | None,
-                 runner_kwargs: dict[str, Any]) -> None:
-        self.loop, self.agent, self.astore = loop, agent, astore
+    def __init__(self, agent: Any, astore: AsyncStore, effects: Mapping[str, str],
+                 debounce: float | None, runner_kwargs: dict[str, Any]) -> None:
+        self.agent, self.astore = agent, astore
         self.effects = dict(effects)
         self.debounce = debounce
         self.runner_kwargs = runner_kwargs
@@ -372,11 +379,8 @@ class _Host:
     def tool_effect(self, name: str) -> str | None:
         return self.effects.get(name)
 
-    def resume_claimed(self, session: Session) -> RunOutcome:
-        import asyncio
-
-        fut = asyncio.run_coroutine_threadsafe(self._resume(session), self.loop)
-        return fut.result()
+    async def resume_claimed(self, session: Session) -> RunOutcome:
+        return await self._resume(session)
 
     async def _resume(self, s: Session) -> RunOutcome:
         from agents import RunState
@@ -409,23 +413,18 @@ async def recover(agent: Any, store: StoreLike = None,
                   **runner_kwargs: Any) -> RecoveryReport:
     """Resume this node's interrupted Agents SDK runs (call at startup, on the loop that will
     run them). ``agent``: the starting agent, or ``fn(session_id) -> agent``. Every gate and
-    decision is fsdurable's (``fsdurable.recover``), every decision an event; the resumed runs
+    decision is fsdurable's (``fsdurable.arecover``), every decision an event; the resumed runs
     are unattended. Returns the ``RecoveryReport``."""
-    import asyncio
-
-    from ._recovery import recover as recover_sync
+    from ._recovery import arecover
 
     _check(runner_kwargs)
     astore = store if isinstance(store, AsyncStore) else AsyncStore(as_store(store))
-    host = _Host(asyncio.get_running_loop(), agent, astore, effects or {}, debounce,
-                 runner_kwargs)
+    host = _Host(agent, astore, effects or {}, debounce, runner_kwargs)
 
     def mine(m: Any) -> bool:
         return bool(m.source == SOURCE and (select is None or select(m)))
 
-    report: RecoveryReport = await run_sync(recover_sync, astore.store, host, policy,
-                                            select=mine)
-    return report
+    return await arecover(astore.store, host, policy, select=mine)
 
 
 __all__ = ["FileSession", "RunOutcome", "paused_state", "recover", "run"]

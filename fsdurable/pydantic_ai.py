@@ -195,8 +195,11 @@ class FileConversationStore(ConversationStore):
             raise SessionNotFound(f"no conversation entry {entry_id!r}", path=path,
                                   reason="no_entry") from None
         except (ValueError, UnreadableState) as e:  # bad JSON, format, id or message
-            where = self.store.quarantine(path, kind="entry", reason="unreadable", expect=st,
-                                          code=ev.FILE_QUARANTINED)
+            from ._repair import quarantine  # the repair gate: only the exact file judged
+
+            where = quarantine(self.store, path, kind="entry", reason="unreadable",
+                               expect=st,
+                               code=ev.FILE_QUARANTINED)
             raise UnreadableState(f"conversation entry {entry_id!r} is unreadable: {e}",
                                   path=where or path, reason="unreadable") from e
 

@@ -1,4 +1,5 @@
-"""Bad files in a store: quarantined with an event, never a crash, nothing else touched."""
+"""Bad files in a store: reported by every read (never moved by one), quarantined with an event
+by the repair gate, never a crash, nothing else touched."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import attrs
 import pytest
 
 import fsdurable
-from fsdurable import Config, Store, UnreadableState
+from fsdurable import Config, Store, UnreadableState, _repair, recover
+from fsdurable._doctor import doctor
 
 GOOD_MARKER = {
     "format": "fsdurable.marker/1", "session_id": "m", "turn_id": "t", "session_version": 2,
@@ -54,6 +56,12 @@ def test_bad_session_is_quarantined(store: Store, case: str) -> None:
     with pytest.raises(UnreadableState) as e:
         store.load("bad")
     assert e.value.session_id == "bad" and e.value.reason
+    assert store.sessions() == ["bad", "good"]  # a read never moves it
+    act = _repair.repair_session(store, "bad")
+    if case == "unknown_format":  # a newer fsdurable's file: left, reported
+        assert act.action == "needs_newer" and store.sessions() == ["bad", "good"]
+        return
+    assert act.action == "quarantined"
     assert store.sessions() == ["good"]
     [q] = os.listdir(store.layout.quarantine)
     with open(os.path.join(store.layout.quarantine, q), "rb") as f:
@@ -100,11 +108,26 @@ def test_bad_marker_is_quarantined_and_discovery_goes_on(store: Store, case: str
     store.begin_turn("ok", "go")
     with open(store.layout.marker("m"), "wb") as f:
         f.write(BAD_MARKERS[case])
-    found = store.interrupted()  # never raises
+    found = store.interrupted()  # never raises, never moves anything
     assert [m.session_id for m in found] == ["ok"]
+    assert sorted(os.listdir(store.layout.markers)) == ["m.json", "ok.json"]
+    [o] = [o for o in recover(store, _NoLoop(), resume=False).outcomes if o.session_id == "m"]
+    if case == "unknown_version":  # a newer fsdurable's marker: left in place, reported
+        assert o.outcome == "needs_newer"
+        assert sorted(os.listdir(store.layout.markers)) == ["m.json", "ok.json"]
+        return
+    assert o.outcome == "quarantined"  # no session says whose it is: kept aside, not deleted
     assert os.listdir(store.layout.markers) == ["ok.json"]
-    [ev] = [e for e in store.events("m") if e.code == "interrupted_turn_abandoned"]
-    assert ev.reason == "unreadable" and ev.detail["cause"]
+    [ev] = [e for e in store.events("m") if e.code == "file_quarantined"]
+    assert ev.detail["cause"] and ev.detail["moved_to"]
+
+
+class _NoLoop:
+    def tool_effect(self, name: str) -> str | None:
+        return None
+
+    def resume_claimed(self, session: object) -> object:
+        raise AssertionError("resume=False never resumes")
 
 
 def test_good_marker_parses(store: Store) -> None:
@@ -120,7 +143,10 @@ def test_symlinked_marker_is_not_followed(store: Store, tmp_path: Path) -> None:
     os.symlink(outside, store.layout.marker("m"))
     assert store.interrupted() == []
     assert outside.read_text() == json.dumps(GOOD_MARKER)  # the target is untouched
+    assert os.path.islink(store.layout.marker("m"))  # a read never moves it
+    doctor(store, repair=True)
     assert not os.path.lexists(store.layout.marker("m"))
+    assert outside.read_text() == json.dumps(GOOD_MARKER)
 
 
 def test_a_directory_where_a_file_should_be(store: Store) -> None:
@@ -137,7 +163,8 @@ def test_unreadable_manifest_is_quarantined_and_replaced(root: Path) -> None:
         f.write("{not json")
     store = Store(root)
     assert store.manifest.format == "fsdurable/1"
-    assert any(n.endswith("manifest-fsdurable.json") for n in os.listdir(store.layout.quarantine))
+    assert any(n.endswith("-fsdurable.json") and "-manifest." in n
+               for n in os.listdir(store.layout.quarantine))
 
 
 def test_a_newer_store_format_is_refused(root: Path) -> None:
@@ -165,7 +192,10 @@ def test_unreadable_marker_of_a_turn_in_progress_is_rebuilt(store: Store) -> Non
     s = store.begin_turn("live", "go")
     with open(store.layout.marker("live"), "wb") as f:
         f.write(b"\x00garbage")
-    [m] = store.interrupted()  # quarantined, then rebuilt from the session: still discoverable
+    assert store.interrupted() == []  # a listing only reports it
+    [o] = recover(store, _NoLoop(), resume=False).outcomes  # the gate rebuilds it first
+    assert o.outcome == "left"
+    [m] = store.interrupted()  # kept aside, then rebuilt from the session: still discoverable
     assert m.session_id == "live" and s.turn is not None and m.turn_id == s.turn.id
     codes = [e.code for e in store.events("live")]
     assert "file_quarantined" in codes and "marker_repaired" in codes

@@ -16,7 +16,7 @@ from typing import Any
 from .conftest import PYTHON, REPO, subprocess_env
 
 PARTS = ("startup", "discovery", "commit", "growth", "memory", "looplag", "adapters",
-         "langgraph")
+         "events", "langgraph")
 
 
 def stats_ok(r: dict[str, Any]) -> bool:

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fsdurable
-from fsdurable import _codec
+from fsdurable import _codec, _repair
 from fsdurable._codec import (
     encode_event,
     encode_manifest,
@@ -548,6 +548,9 @@ def test_v1_session_loads_through_the_store_and_is_rewritten(root: Path) -> None
     seen: list[Event] = []
     store.subscribe(seen.append)
 
+    old = store.load(V1_ID)  # a read migrates in memory only: the file stays as it was
+    assert old.version == 7 and path.read_bytes() == (DATA / "session_v1.json").read_bytes()
+    assert _repair.repair_session(store, V1_ID).action == "migrated"  # the repair gate
     s = store.load(V1_ID)
 
     assert s.version == 8  # the rewrite is a commit: 7 -> 8, through the commit function
@@ -584,6 +587,7 @@ def test_v1_session_in_progress_migrates_attempts_and_gets_its_marker(root: Path
                              "status": "intent", "intent_at": 1764403400.0}]}
     (root / "sessions" / f"{V1_ID}.json").write_bytes(dumps(d))
 
+    assert _repair.repair_session(store, V1_ID).action == "migrated"
     s = store.load(V1_ID)
 
     assert s.in_progress and s.turn is not None
@@ -609,6 +613,10 @@ def test_v2_fixture_migrates_to_3_with_empty_commit_id_and_the_sessions_route() 
     assert s.turn.ledger[0].idempotency_key == "k-1"
 
 
+def raw_format(root: Path, sid: str) -> str:
+    return str(json.loads((root / "sessions" / f"{sid}.json").read_bytes())["format"])
+
+
 def test_v2_in_progress_session_loads_and_keeps_its_owner_node_and_route(root: Path) -> None:
     store = _fixed_store(root)
     shutil.copyfile(DATA / "session_v2.json", root / "sessions" / f"{V2_ID}.json")
@@ -618,7 +626,14 @@ def test_v2_in_progress_session_loads_and_keeps_its_owner_node_and_route(root: P
                     checkpoint_at=1764403600.5, resume_attempts=1)
     (root / "markers" / f"{V2_ID}.json").write_bytes(encode_marker(marker))
 
-    s = store.load(V2_ID)
+    s = store.load(V2_ID)  # a read migrates in memory only
+    assert s.version == 4 and raw_format(root, V2_ID) == "fsdurable.session/2"
+    # node-b's turn: this node never rewrites it (the repair gate), node-b migrates it
+    assert _repair.repair_session(store, V2_ID).action == "waiting_for_sync"
+    assert raw_format(root, V2_ID) == "fsdurable.session/2"
+    b = fsdurable.Store(root, node_id="node-b", clock=store.clock)
+    assert _repair.repair_session(b, V2_ID).action == "migrated"
+    s = b.load(V2_ID)
 
     assert s.version == 5 and len(s.commit_id) == 16
     assert s.turn is not None and s.turn.node_id == "node-b" and s.turn.route_key == "chat:42"
@@ -664,6 +679,8 @@ def test_a_broken_v1_file_is_quarantined_not_half_migrated(root: Path) -> None:
     with pytest.raises(UnreadableState) as info:
         store.load(V1_ID)
     assert info.value.reason == "wrong_type"
+    assert path.exists()  # a read never moves it; the repair gate does
+    assert _repair.repair_session(store, V1_ID).action == "quarantined"
     assert not path.exists()
     [moved] = list((root / "quarantine").iterdir())
     assert json.loads(moved.read_bytes()) == d  # moved aside untouched, never deleted
@@ -679,5 +696,9 @@ def test_store_quarantines_unknown_version_and_wrong_kind(root: Path, fmt: str) 
     with pytest.raises(UnreadableState) as info:
         store.load("s9")
     assert info.value.reason == ("unknown_version" if "/4" in fmt else "wrong_kind")
+    act = _repair.repair_session(store, "s9")
+    if "/4" in fmt:  # a newer fsdurable's file: never moved, reported
+        assert act.action == "needs_newer" and store.events("s9") == []
+        return
     [ev] = store.events("s9")
     assert ev.code == "session_quarantined" and ev.reason == info.value.reason

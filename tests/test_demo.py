@@ -119,8 +119,9 @@ def test_recover_dry_run_then_recover(root: Path, capsys: pytest.CaptureFixture[
     assert code == 0
     data = json.loads(out)
     assert data["dry_run"] is True
+    # what the real run below does, said beforehand
     assert {o["session_id"]: o["outcome"] for o in data["outcomes"]} == {
-        "old": "planned", "new": "planned", "far": "planned"}
+        "old": "would_abandon", "new": "would_leave", "far": "listed"}
     assert len(fsdurable.Store(root).interrupted()) == 3  # nothing changed
     code, out = _run(capsys, "recover", "--json", "--root", str(root))
     got = {o["session_id"]: (o["outcome"], o["reason"]) for o in json.loads(out)["outcomes"]}

@@ -89,6 +89,10 @@ def test_duplicate_keys_make_a_session_unreadable(root: Path, dup: bytes) -> Non
     (root / "sessions" / "dup.json").write_bytes(dup)
     with pytest.raises(UnreadableState):
         store.load("dup")
+    assert (root / "sessions" / "dup.json").exists()  # a read never moves it (issue 9.18)
+    from fsdurable import _repair
+
+    assert _repair.repair_session(store, "dup").action == "quarantined"  # the repair gate
     assert not (root / "sessions" / "dup.json").exists()  # quarantined, not deleted
     assert any(p.read_bytes() == dup for p in (root / "quarantine").iterdir())
 

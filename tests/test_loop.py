@@ -250,7 +250,7 @@ def test_resume_claimed_refuses_an_in_doubt_external_call(store: Store) -> None:
 
 def test_public_names() -> None:
     for name in ("AgentLoop", "ScriptedModel", "Tool", "ToolContext", "Reply", "recover",
-                 "RecoveryPolicy", "resume_one", "Host", "TurnResult"):
+                 "RecoveryPolicy", "resume_one", "Host", "TurnResult", "arecover", "HostError"):
         assert name in fsdurable.__all__ and getattr(fsdurable, name) is not None
 
 

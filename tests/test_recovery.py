@@ -261,7 +261,9 @@ def test_dry_run_changes_nothing(root: Path) -> None:
     rep = recover(store, AgentLoop(store, ScriptedModel(SCRIPT), []), dry_run=True)
     assert {o.session_id: o.verdict for o in rep.outcomes} == {
         "old": "stale", "fresh": "resume", "far": "foreign"}
-    assert {o.outcome for o in rep.outcomes} == {"planned"}
+    # what a real run would do, not "planned" for everything
+    assert {o.session_id: o.outcome for o in rep.outcomes} == {
+        "old": "would_abandon", "fresh": "would_resume", "far": "listed"}
     assert [round(o.age) for o in rep.outcomes] == [5 * 3600, 0, 0]
     after = {p.name: p.read_bytes() for p in (Path(root) / "markers").iterdir()}
     after.update({p.name: p.read_bytes() for p in (Path(root) / "sessions").iterdir()})

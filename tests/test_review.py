@@ -157,7 +157,8 @@ def test_a_second_park_keeps_the_first_unanswered_call(
     assert p.returncode == KILLED, p.stderr
     [o] = recover(st, build_loop(st, str(world))).outcomes
     assert o.outcome == "review_required"
-    _, out = run(capsys, "review", "order", "--root", str(root))
+    code, out = run(capsys, "review", "order", "--root", str(root))
+    assert code == 0
     calls = out["review"]
     assert len(calls) == 2 and len({c["turn_id"] for c in calls}) == 2
     assert all(c["answer"] is None for c in calls)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 import fsdurable
-from fsdurable import _codec, _fsio
+from fsdurable import _codec, _fsio, _repair
 from fsdurable._errors import UnreadableState
 from fsdurable._model import Event, LedgerEntry, Manifest, Marker, Message, Session, ToolCall
 
@@ -238,8 +238,8 @@ def kind_of(root: Path, path: str) -> str | None:
         return "manifest"
     if len(parts) == 2 and parts[0] in ("sessions", "markers") and parts[1].endswith(".json"):
         return parts[0][:-1]
-    if len(parts) == 3 and parts[0] == "events" and parts[2].endswith(".jsonl"):
-        return "event"
+    if len(parts) == 4 and parts[0] == "events" and parts[3].endswith(".jsonl"):
+        return "event"  # events/<node>/<session id or @store>/<day>.jsonl
     raise AssertionError(f"the store wrote a file no schema covers: {rel}")
 
 
@@ -285,20 +285,22 @@ def run_workload(store: fsdurable.Store, root: Path) -> None:
     store.create("zeta")
     store.begin_turn("zeta", "lost its marker")
     os.remove(root / "markers" / "zeta.json")
-    assert store.repair_marker("zeta") == "rewrote"
+    assert _repair.repair_marker(store, "zeta").action == "wrote_marker"
     store.create("eta")
     (root / "markers" / "eta.json").write_bytes(
-        _codec.encode_marker(Marker.of(attrs.evolve(g, id="eta"), "node-test")))
-    assert store.repair_marker("eta") == "removed_orphan"
+        _codec.encode_marker(Marker.of(attrs.evolve(g, id="eta", version=1), "node-test")))
+    assert _repair.repair_marker(store, "eta").action == "removed_orphan"
 
     (root / "sessions" / "bad.json").write_bytes(b'{"format": "fsdurable.session/2", "id": ')
     with pytest.raises(UnreadableState):
         store.load("bad")
+    assert _repair.repair_session(store, "bad").action == "quarantined"
     (root / "markers" / "ghost.json").write_bytes(b"\x00garbage")
     assert {m.session_id for m in store.interrupted()} == {"gamma", "zeta"}
+    assert _repair.repair_marker(store, "ghost").action == "quarantined"
 
     shutil.copyfile(DATA / "session_v1.json", root / "sessions" / "legacy-chat_01.json")
-    store.load("legacy-chat_01")
+    assert _repair.repair_session(store, "legacy-chat_01").action == "migrated"
     store.emit("custom_host_event", session_id="alpha", reason="test", note=["any", {"json": 1}])
 
 
@@ -326,7 +328,7 @@ def test_every_file_the_store_writes_validates(root: Path) -> None:
             assert_valid(sub[:-1], p.read_bytes(), where=str(p))
             found[sub[:-1]] += 1
     codes = set()
-    for p in sorted((root / "events").glob("*/*.jsonl")):
+    for p in sorted((root / "events").glob("*/*/*.jsonl")):
         for line in p.read_bytes().splitlines():
             assert_valid("event", line, where=str(p))
             codes.add(json.loads(line)["code"])
@@ -398,6 +400,6 @@ def test_every_file_the_demo_processes_write_validates(tmp_path: Path) -> None:
     for sub in ("sessions", "markers"):
         for f in (root / sub).iterdir():
             assert_valid(sub[:-1], f.read_bytes(), where=str(f))
-    for f in (root / "events").glob("*/*.jsonl"):
+    for f in (root / "events").glob("*/*/*.jsonl"):
         for line in f.read_bytes().splitlines():
             assert_valid("event", line, where=str(f))

@@ -239,13 +239,18 @@ def test_symlink_planted_at_session_path_is_not_followed(store: Store, tmp_path:
     outside.write_text("precious")
     os.symlink(outside, store.layout.session("s"))
     with pytest.raises(fsdurable.UnreadableState):
-        store.load("s")  # never read through the link: it is moved aside
-    assert outside.read_text() == "precious"
+        store.load("s")  # never read through the link, never moved by a read
+    with pytest.raises(fsdurable.UnreadableState):
+        store.create("s")  # never written over a file it cannot read
+    assert outside.read_text() == "precious" and os.path.islink(store.layout.session("s"))
+    from fsdurable import _repair
+
+    assert _repair.repair_session(store, "s").action == "quarantined"  # the repair gate
     s = store.create("s")  # the link is gone (in quarantine), a real file takes its place
     assert not os.path.islink(store.layout.session("s")) and s.version == 1
     assert outside.read_text() == "precious"
     q = os.listdir(store.layout.quarantine)
-    assert any(n.endswith("session-s.json") for n in q)
+    assert any("-session.symlink-" in n and n.endswith("-s.json") for n in q)
 
 
 def test_write_over_a_symlink_replaces_the_link_not_the_target(store: Store,

@@ -108,11 +108,13 @@ def all_digests(store: Store) -> set[str]:
 
 
 def two_sided(store: Store) -> tuple[Session, Session]:
-    """Local: v3 idle with a reply; the far side: v4 in progress with another message."""
+    """Local: v3 idle with a reply; the far side: v4 in progress with another message, committed
+    after the local one (the newest)."""
     s = store.create("s1")
     s = store.begin_turn("s1", "hello")
-    far = attrs.evolve(s, version=4, messages=(*s.messages, Message("user", "from far")))
     local = store.end_turn(s, "local reply")
+    far = attrs.evolve(s, version=4, messages=(*s.messages, Message("user", "from far")),
+                       updated_at=local.updated_at + 1)
     return local, far
 
 
@@ -138,7 +140,7 @@ def test_copies_are_listed_with_versions_never_as_sessions(store: Store) -> None
 # ---------------------------------------------------------------------- resolve
 
 
-def test_resolve_newest_keeps_the_higher_version_and_loses_nothing(store: Store) -> None:
+def test_resolve_newest_keeps_the_newest_commit_and_loses_nothing(store: Store) -> None:
     local, far = two_sided(store)
     before = all_digests(store)
     copy = write_copy(store, far, COPY_NAMES[3][0])
@@ -156,7 +158,10 @@ def test_resolve_newest_keeps_the_higher_version_and_loses_nothing(store: Store)
     # nothing lost: the old local bytes and the copy's bytes are both in quarantine
     assert before <= all_digests(store)
     assert not [n for n in os.listdir(store.layout.sessions) if n != "s1.json"]
-    assert len(r.quarantined) == 2
+    # the losers (the old local content); the kept copy is never listed among them
+    assert len(r.quarantined) == 1 and r.kept_moved_to is not None
+    assert not any(copy.endswith(os.path.basename(q).split("-", 3)[-1].split("-", 1)[-1])
+                   for q in r.quarantined)
     e = [x for x in store.events("s1") if x.code == ev.CONFLICT_RESOLVED][-1]
     assert e.reason == "newest" and e.detail["kept"] == copy
     assert sorted(e.detail["quarantined"]) == sorted(r.quarantined)
@@ -252,7 +257,7 @@ def test_resolve_property_newest_wins_nothing_lost(tmp_path_factory: pytest.Temp
         assert vv.session is not None
         cands.append((vv.version, vv.updated_at, False, vv.session.messages,
                       vv.session.metadata))
-    best = max(cands, key=lambda c: (c[0], c[1], c[2]))
+    best = max(cands, key=lambda c: (c[1], c[0], c[2]))  # the latest commit, then the version
     resolve(store, "p")
     now = store.load("p")
     assert (now.messages, now.metadata) == (best[3], best[4])
@@ -301,7 +306,8 @@ def test_take_over_refuses_a_turn_that_moved_on(root: Path) -> None:
 # ---------------------------------------------------------------------- machine-local state
 
 ALLOWED = re.compile(r"fsdurable\.json|sessions/[A-Za-z0-9_-]+\.json|markers/[A-Za-z0-9_-]+\.json"
-                     r"|events/[A-Za-z0-9_-]+/\d{4}-\d\d-\d\d\.jsonl|quarantine/.+")
+                     r"|events/[A-Za-z0-9_-]+/(?:[A-Za-z0-9_-]+|@store)/\d{4}-\d\d-\d\d\.jsonl"
+                     r"|quarantine/.+")
 
 
 def test_nothing_machine_local_is_written_inside_the_store(root: Path,

@@ -162,15 +162,17 @@ def test_unison_conflicting_edits_detected_and_resolved_nothing_lost(
         assert list(conflict_copies(st)) == ["s"]
     found = [f for f in doctor(sb) if f.code == "conflict_copy"]
     assert len(found) == 1 and "version 3" in found[0].detail and "version 2" in found[0].detail
-    r = resolve(sb, "s")  # newest by VERSION: the edge's edits, although the older file
-    assert r.kept_version == 3 and r.version == 4  # above every version seen
+    # newest by COMMIT TIME: the laptop's edit (version 2) was committed after the edge's
+    # (version 3) — the newest, although the lower version (issue 9 item 19)
+    r = resolve(sb, "s")
+    assert r.kept_version == 2 and r.version == 4  # above every version seen
     unison()
     for st in (sa, sb):
         s = st.load("s")
-        assert [m.content for m in s.messages] == ["edge 1", "edge 2"]
+        assert [m.content for m in s.messages] == ["laptop 1"]
         assert list(conflict_copies(st)) == []
         kept = b"".join(p.read_bytes() for p in Path(st.layout.quarantine).iterdir())
-        assert b"laptop 1" in kept  # the losing edit is in quarantine/ on both sides
+        assert b"edge 2" in kept  # the losing edits are in quarantine/ on both sides
     assert sa.patch("s", say("laptop 2")).version == 5  # and the laptop carries on
     assert [e.code for e in sb.events("s")].count(ev.CONFLICT_RESOLVED) == 1
 
@@ -346,10 +348,10 @@ def test_syncthing_conflict_copy_is_recognised_and_resolved(syncthing: Syncthing
     assert sorted(v.version for v in vs) == [2, 3] and {v.tool for v in vs if not v.local} == {
         "syncthing"}
     r = resolve(edge, "s")
-    assert r.kept_version == 3
+    assert r.kept_version == 2  # the latest commit (the laptop's), not the highest version
     wait_until(lambda: not any(".sync-conflict-" in n for n in os.listdir(r0 / "sessions")),
                "the resolution", syncthing)
-    wait_until(lambda: [m.content for m in laptop.load("s").messages] == ["edge 1", "edge 2"],
+    wait_until(lambda: [m.content for m in laptop.load("s").messages] == ["laptop 1"],
                "the resolved session", syncthing)
     kept = b"".join(p.read_bytes() for p in (r0 / "quarantine").iterdir())
-    assert b"laptop 1" in kept  # nothing lost, on the laptop too
+    assert b"edge 2" in kept  # nothing lost, on the laptop too

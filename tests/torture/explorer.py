@@ -25,8 +25,8 @@ from typing import Any
 
 import attrs
 
-from fsdurable import _fsio
-from fsdurable._codec import encode_session, parse_marker, parse_session
+from fsdurable import _fsio, _repair
+from fsdurable._codec import encode_marker, encode_session, parse_marker, parse_session
 from fsdurable._config import Config
 from fsdurable._errors import ConflictError, SessionNotFound, StorageError, UnreadableState
 from fsdurable._layout import NameKind, classify
@@ -195,16 +195,21 @@ def mutant(name: str) -> Iterator[CommitImpl | None]:
     elif name == "cas_by_number_only":
         yield _commit_in_order(("marker", "session", "unmark"), by_number_only=True)
     elif name == "orphan_never_repaired":
-        with _patched(Store, "_remove_orphan_marker", lambda self, sid, s: False):
+        with _patched(_repair, "_remove_orphan",
+                      lambda store, sid, path, jm, dry_run: _repair.Act(_repair.NOTHING, path)):
+            yield None
+    elif name == "repair_ignores_node":  # the repair gate treats every node's file as its own
+        with _patched(_repair, "foreign", lambda store, node: False):
             yield None
     else:
         raise ValueError(name)
 
 
-# the four the issue names, then two more: delete's unlinks swapped, orphan repair disabled
+# the four the issue names, then: delete's unlinks swapped, orphan repair disabled, and a
+# repair gate that ignores node ownership (issue 9: it would remove another node's marker)
 MUTANTS = ("no_file_fsync", "no_dir_fsync", "session_before_marker",
            "marker_removed_before_session", "delete_marker_first", "orphan_never_repaired",
-           "cas_by_number_only")
+           "cas_by_number_only", "repair_ignores_node")
 
 
 # ---------------------------------------------------------------------- the workload
@@ -287,7 +292,7 @@ def _workload(store: Store, rec: Recording, clock: Clock,
     inject.append(lambda op, args: op == "create" and os.sep + "sessions" + os.sep in args[0])
     with suppress(StorageError):
         store.begin_turn("s4", "doomed")
-    if store.repair_marker("s4") == "removed_orphan":  # (a mutant may not get that far)
+    if _repair.repair_marker(store, "s4").action == "removed_orphan":  # (a mutant may not)
         rec.kinds.add("repair")
     _sync_replace(store, rec)
     # leave one turn in progress (recovery has something to do) and delete two sessions, one
@@ -379,6 +384,8 @@ def _marker_biconditional(sessions: dict[str, Session], markers: dict[str, Marke
                 out.append(f"{where}: marker of {sid} under-counts resume attempts")
     if not orphans_ok:
         for sid in markers:
+            if markers[sid].node_id == FAR_NODE:
+                continue  # another node's: never repaired here (checked byte for byte)
             s2 = sessions.get(sid)
             if s2 is None or not s2.in_progress:
                 out.append(f"{where}: orphan marker {sid} not repaired")
@@ -425,6 +432,10 @@ def _check_acked(rec: Recording, acked: dict[str, Ack], sessions: dict[str, Sess
 
 
 StartupFn = Callable[[Store], list[str]]
+FAR_NODE = "node-far-away"
+FAR_MARKER = encode_marker(Marker(session_id="far", turn_id="t-far", session_version=3,
+                                  node_id=FAR_NODE, route_key="session:far", source="api",
+                                  started_at=1.0, checkpoint_at=1.0, resume_attempts=0))
 
 
 def default_startup(store: Store) -> list[str]:
@@ -456,6 +467,10 @@ def check_state(rec: Recording, state: CrashState, k: int, where_root: str,
     acked = _acked_state(rec, k)
     out += _marker_biconditional(sessions, markers, where + " raw", orphans_ok=True)
     out += _check_acked(rec, acked, sessions, raw, where + " raw", after_startup=False, k=k)
+    # another node's marker, its session still in sync flight: no repair may touch it
+    far = os.path.join(where_root, "markers", "far.json")
+    with open(far, "wb") as f:
+        f.write(FAR_MARKER)
     for attempt in (1, 2):  # startup twice: the second finds nothing left to do
         try:
             store = Store(where_root, config=Config(fsync=False),
@@ -468,6 +483,8 @@ def check_state(rec: Recording, state: CrashState, k: int, where_root: str,
             out.append(f"{where}: second startup still repaired {repaired}")
     sessions, markers, bad = _parse_all(where_root, where + " after startup")
     out += bad
+    if not os.path.exists(far) or _read(far) != FAR_MARKER:
+        out.append(f"{where}: another node's marker (markers/far.json) was touched")
     out += _marker_biconditional(sessions, markers, where + " after startup", orphans_ok=False)
     raw = {sid: _read(p) for sid, p in _own_files(where_root, "sessions").items()}
     out += _check_acked(rec, acked, sessions, raw, where + " after startup", after_startup=True,

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "hostile"
-NODE = "node-test"
+NODE = "node-test"  # the node that wrote the corpus: its files are this run's own
 T = 1_800_000_000.0  # a fixed instant; the check's clock is set near it
 
 
@@ -99,7 +99,7 @@ def entries() -> list[tuple[str, str, str, bytes]]:
              .replace(b'"updated_at": ' + repr(T).encode(), b'"updated_at": NaN')),
         ("sessions/h_negative.json", "a negative version", q,
          _j(_session("h_negative", version=-4))),
-        ("sessions/h_future.json", "a future format version", q,
+        ("sessions/h_future.json", "a future format version (left for a newer fsdurable)", s,
          _j(_session("h_future", format="fsdurable.session/99"))),
         ("sessions/h_kind.json", "an unknown kind", q,
          _j(_session("h_kind", format="fsdurable.invoice/1"))),
@@ -125,10 +125,10 @@ def entries() -> list[tuple[str, str, str, bytes]]:
         ("markers/h_truncated2.json", "truncated marker", q, _j(_marker("h_truncated2"))[:30]),
         ("markers/h_orphan.json", "a marker without a session", r, _j(_marker("h_orphan"))),
         ("markers/h_idle.json", "a marker of a session not in progress", r,
-         _j(_marker("h_idle"))),
+         _j(_marker("h_idle", session_version=1))),
         ("markers/h_names_other.json", "a marker naming another session", q,
          _j(_marker("h_idle"))),
-        ("markers/h_mfuture.json", "a future marker format", q,
+        ("markers/h_mfuture.json", "a future marker format (left for a newer fsdurable)", s,
          _j(_marker("h_mfuture", format="fsdurable.marker/42"))),
         ("markers/h_mtypes.json", "a marker with wrong types", q,
          _j(_marker("h_mtypes", resume_attempts="many"))),
@@ -221,7 +221,7 @@ def _generate(root: str, outside: str) -> dict[str, dict[str, str]]:
 def _good_store(root: str, clock: Any) -> Any:
     from fsdurable._store import Store
 
-    st = Store(root, clock=clock)
+    st = Store(root, clock=clock, node_id=NODE)
     for sid in GOOD_IDS:
         st.create(sid, metadata={"good": True})
     return st
@@ -252,12 +252,12 @@ def survive(base: str, only: str | None = None) -> tuple[int, list[str]]:
     out: list[str] = []
     outside_before = {p: Path(outside, p).read_bytes() for p in os.listdir(outside)}
     try:
-        st = Store(root, clock=clock)
+        st = Store(root, clock=clock, node_id=NODE)
         st.interrupted()
         recover(st, recovery_loop(st))
         doctor(st)
         doctor(st, repair=True)
-        st2 = Store(root, clock=clock)
+        st2 = Store(root, clock=clock, node_id=NODE)
         st2.interrupted()
         recover(st2, recovery_loop(st2))
         left = problems(doctor(st2, repair=True))
