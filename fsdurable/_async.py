@@ -162,11 +162,12 @@ class AsyncStore:
     async def events(self, session_id: str | None = None) -> list[Event]:
         return await run_sync(self.store.events, session_id)
 
+    async def prune_events(self, *, now: float | None = None) -> dict[str, Any]:
+        """``Store.prune_events`` (the event log's retention) off the loop."""
+        return await run_sync(self.store.prune_events, now=now)
+
     async def emit(self, code: str, **kw: Any) -> Event | None:
         return await run_sync(self.store.emit, code, **kw)
-
-    async def prune_events(self, *, now: float | None = None) -> dict[str, Any]:
-        return await run_sync(self.store.prune_events, now=now)
 
     def subscribe(self, fn: Callable[[Event], None]) -> Callable[[], None]:
         """In-process subscriber (no disk): called in the thread that emits, often a worker."""

@@ -218,44 +218,26 @@ class _Scan:
                      fix=self.repair_fix(sid))
 
     def events(self) -> None:
-        """Events that would vanish silently: a symlinked node or session directory of the log
-        (never followed), and what the log's reader could not read (its ``event_log_damaged``
-        reports: unreadable lines, a file it may not open). A day file of any size is streamed,
-        so size alone loses nothing (docs/events.md)."""
-        top = self.store.layout.events
-        for node in sorted(_fsio.list_names(top)):
-            path = os.path.join(top, node)
+        """Events that would vanish silently: what the log's own reader could not read (a
+        symlinked node or session directory or day file — never followed, so those events are
+        not read —, a file that is not a file, torn or overlong lines)."""
+        for d in self.store.log.read():
+            if d.code != ev.LOG_DAMAGED:
+                continue
+            path = str(d.detail.get("path", self.store.layout.events))
             st = _fsio.lstat(path)
-            if st is None:
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                self.add("events_symlink", path, "events/ node directory is a symlink: events "
-                         "are never written through it", repair="move to quarantine",
+            if d.reason == "symlink" and st is not None and stat.S_ISLNK(st.st_mode):
+                self.add("events_symlink", path, "a symlink in the event log: never followed, "
+                         "so events are neither written through it nor read from it",
+                         repair="move to quarantine",
                          fix=self.quarantine_fix(path, "events", "symlink", None, st))
-                continue
-            if not stat.S_ISDIR(st.st_mode):
-                self.add("foreign_file", path, "not an event directory", severity=INFO)
-                continue
-            for name in sorted(_fsio.list_names(path)):
-                f = os.path.join(path, name)
-                fst = _fsio.lstat(f)
-                if fst is not None and stat.S_ISLNK(fst.st_mode):
-                    self.add("events_symlink", f, "a directory or day file of the event log is a "
-                             "symlink (never followed: its events are not read)",
-                             repair="move to quarantine",
-                             fix=self.quarantine_fix(f, "events", "symlink", None, fst))
-        for e in self.store.events():
-            if e.code != ev.LOG_DAMAGED or e.reason == "symlink":
-                continue  # symlinks: reported above, with their repair
-            where = str(e.detail.get("path", top))
-            what = (f"{e.detail.get('unreadable_lines', 0)} unreadable and "
-                    f"{e.detail.get('overlong_lines', 0)} over-long lines: those events cannot "
-                    "be read" if e.reason == "bad_lines" else f"cannot be read ({e.reason})")
-            lost = int(e.detail.get("unreadable_lines", 0)) + int(e.detail.get("overlong_lines", 0))
-            # one torn line is the normal trace of a crash mid-append (the next event starts on a
-            # fresh line): reported, not a problem; more, or a file that cannot be read, is
-            self.add("events_unreadable", where, what, repair=None,
-                     severity=INFO if e.reason == "bad_lines" and lost <= 1 else PROBLEM)
+            elif d.reason == "bad_lines":  # a crash mid-append leaves a torn line: expected
+                self.add("events_damaged", path, f"{d.detail.get('unreadable_lines', 0)} "
+                         f"unreadable and {d.detail.get('overlong_lines', 0)} overlong line(s) "
+                         "skipped; every other event of the file is read", severity=INFO)
+            else:
+                self.add("events_unreadable", path, f"part of the event log cannot be read "
+                         f"({d.reason})", repair=None)
 
     def run(self) -> list[Finding]:
         lay = self.store.layout

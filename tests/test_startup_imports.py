@@ -104,8 +104,8 @@ def test_cli_interrupted_and_dry_run_import_none_and_agree_with_the_library(
         if argv[0] == "recover":
             got = json.loads(p.stdout)
             want = recover(store, AgentLoop(store, ScriptedModel([]), []), dry_run=True,
-                           resume=False).to_dict()  # the CLI has no loop: resumable turns left
-            keys = ("session_id", "turn_id", "node_id", "verdict", "outcome")
+                           resume=False).to_dict()  # the CLI has no loop: it leaves them
+            keys = ("session_id", "turn_id", "node_id", "verdict", "outcome", "reason")
             assert got["dry_run"] is True
             assert [{k: o[k] for k in keys} for o in got["outcomes"]] == \
                 [{k: o[k] for k in keys} for o in want["outcomes"]]
