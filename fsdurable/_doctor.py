@@ -218,36 +218,26 @@ class _Scan:
                      fix=self.repair_fix(sid))
 
     def events(self) -> None:
-        """Events that would vanish silently: a symlinked node directory (every emit dropped),
-        a day file over the size cap (``events()`` cannot read that day)."""
-        cap = self.store.config.max_file_bytes
-        top = self.store.layout.events
-        for node in sorted(_fsio.list_names(top)):
-            path = os.path.join(top, node)
+        """Events that would vanish silently: what ``events()`` reports it could not read
+        (``event_log_damaged``: a symlink, not a file, refused by the disk — problems; torn or
+        overlong lines — info, a crash leaves those) and, for this store's own log, a symlinked
+        node directory or day file is moved aside by --repair (every emit through it is lost)."""
+        try:
+            damaged = [e for e in self.store.events() if e.code == "event_log_damaged"]
+        except (FsDurableError, OSError) as err:
+            self.add("event_log_damaged", self.store.layout.events, f"unreadable: {err}")
+            return
+        for d in damaged:
+            path = str(d.detail.get("path") or self.store.layout.events)
             st = _fsio.lstat(path)
-            if st is None:
-                continue
-            if stat.S_ISLNK(st.st_mode):
-                self.add("events_symlink", path, "events/ node directory is a symlink: events "
-                         "are never written through it", repair="move to quarantine",
-                         fix=self.quarantine_fix(path, "events", "symlink", None, st))
-                continue
-            if not stat.S_ISDIR(st.st_mode):
-                self.add("foreign_file", path, "not an event directory", severity=INFO)
-                continue
-            for name in sorted(_fsio.list_names(path)):
-                f = os.path.join(path, name)
-                fst = _fsio.lstat(f)
-                if fst is None or not name.endswith(".jsonl"):
-                    continue
-                if stat.S_ISLNK(fst.st_mode):
-                    self.add("events_symlink", f, "an event day file is a symlink (never "
-                             "followed: that day's events are not read)",
-                             repair="move to quarantine",
-                             fix=self.quarantine_fix(f, "events", "symlink", None, fst))
-                elif fst.st_size > cap:
-                    self.add("events_over_cap", f, f"{fst.st_size} bytes, over max_file_bytes "
-                             f"({cap}): events() cannot read that day", repair=None)
+            link = st is not None and stat.S_ISLNK(st.st_mode)
+            self.add("events_symlink" if link else "event_log_damaged", path,
+                     f"{d.reason}: these events are not read"
+                     + (" (and nothing is written through a link)" if link else ""),
+                     severity=INFO if d.reason == "bad_lines" else PROBLEM,
+                     repair="move to quarantine" if link else None,
+                     fix=self.quarantine_fix(path, "events", "symlink", None, st)
+                     if link and st is not None else None)
 
     def run(self) -> list[Finding]:
         lay = self.store.layout

@@ -75,8 +75,9 @@ def _recover(args: argparse.Namespace) -> Result:
     st = open_store(args)
     if args.dry_run:  # what this command would do, judged like `interrupted` (as cheap)
         markers, bad = st.scan_markers()
-        data = [{**d, "outcome": _WOULD[d["verdict"]], "reason": d["verdict"], "error": None,
-                 "status": None} for d in _judged(st, markers)]
+        data = [{**d, "outcome": _WOULD[d["verdict"]],
+                 "reason": "no_loop" if d["verdict"] == "resume" else d["verdict"],
+                 "error": None, "status": None} for d in _judged(st, markers)]
         if bad:  # the repair gate's plan for each (it reads their sessions: only then)
             from ._recovery import assess
 
