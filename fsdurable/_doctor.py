@@ -4,8 +4,9 @@ Checks: the marker <=> in-progress biconditional both ways, that every session a
 in the current format (and so validates against ``schemas/``), sync-tool conflict copies, leftover
 temp files, symlinks, foreign files, permissions and the contents of ``quarantine/``.
 It also checks the event log (what ``events()`` could not read — a symlinked node directory or
-day file, a refused file: events that would vanish silently). Each repair goes through the repair gate (``_repair``: the exact
-file judged, never another node's file or a newer format, the replacement first) and is an event;
+day file, a refused file: events that would vanish silently). Each repair goes through the
+repair gate (``_repair``: the exact file judged, never another node's file or a newer format,
+the replacement first) and is an event;
 what the gate may not touch is reported (``waiting_for_sync``, ``needs_newer``).
 """
 
