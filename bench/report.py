@@ -15,7 +15,8 @@ from typing import Any
 from ._harness import RESULTS, fmt_time
 
 README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "README.md")
-PARTS = ("startup", "discovery", "commit", "growth", "memory", "adapters", "events")
+PARTS = ("startup", "discovery", "commit", "growth", "memory", "adapters", "events",
+         "langgraph")
 
 
 def load(results: str) -> dict[str, Any]:
@@ -111,6 +112,10 @@ HEADLINES = [
      "`events(session_id)` beside 5,000 other sessions' history vs beside 10"),
     ("memory", "traced_peak_largest_vs_smallest_n",
      "discovery peak Python allocations, largest N vs smallest N"),
+    ("langgraph", "put_vs_sqlite_full", "LangGraph `put` vs SqliteSaver (both fsync: FULL)"),
+    ("langgraph", "chat_last_vs_first_turns", "LangGraph 100-turn chat, turns 91-100 vs 1-10"),
+    ("langgraph", "discovery_vs_sqlite_every_thread",
+     "LangGraph interrupted runs among 10,000 threads: SqliteSaver user's scan vs fsdurable"),
 ]
 
 
@@ -533,7 +538,8 @@ def render(data: dict[str, Any], made: list[str]) -> str:
         parts += [growth(data["growth"]), ""]
     if "memory" in data:
         parts += ["## Memory", "", memory(data["memory"]), ""]
-    for name, title in (("adapters", "Framework adapters: the import a user pays"),):
+    for name, title in (("adapters", "Framework adapters: the import a user pays"),
+                        ("langgraph", "LangGraph checkpointer")):
         if name in data:
             import importlib
 

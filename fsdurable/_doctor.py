@@ -3,10 +3,9 @@
 Checks: the marker <=> in-progress biconditional both ways, that every session and marker parses
 in the current format (and so validates against ``schemas/``), sync-tool conflict copies, leftover
 temp files, symlinks, foreign files, permissions and the contents of ``quarantine/``.
-It also checks the event log (what ``events()`` could not read — a symlinked node directory or
-day file, a refused file: events that would vanish silently). Each repair goes through the
-repair gate (``_repair``: the exact file judged, never another node's file or a newer format,
-the replacement first) and is an event;
+It also checks the event log (a day file over the size cap, a symlinked node directory: events
+that would vanish silently). Each repair goes through the repair gate (``_repair``: the exact
+file judged, never another node's file or a newer format, the replacement first) and is an event;
 what the gate may not touch is reported (``waiting_for_sync``, ``needs_newer``).
 """
 
@@ -219,26 +218,26 @@ class _Scan:
                      fix=self.repair_fix(sid))
 
     def events(self) -> None:
-        """Events that would vanish silently: what ``events()`` reports it could not read
-        (``event_log_damaged``: a symlink, not a file, refused by the disk — problems; torn or
-        overlong lines — info, a crash leaves those) and, for this store's own log, a symlinked
-        node directory or day file is moved aside by --repair (every emit through it is lost)."""
-        try:
-            damaged = [e for e in self.store.events() if e.code == "event_log_damaged"]
-        except (FsDurableError, OSError) as err:
-            self.add("event_log_damaged", self.store.layout.events, f"unreadable: {err}")
-            return
-        for d in damaged:
-            path = str(d.detail.get("path") or self.store.layout.events)
+        """Events that would vanish silently: what the log's own reader could not read (a
+        symlinked node or session directory or day file — never followed, so those events are
+        not read —, a file that is not a file, torn or overlong lines)."""
+        for d in self.store.log.read():
+            if d.code != ev.LOG_DAMAGED:
+                continue
+            path = str(d.detail.get("path", self.store.layout.events))
             st = _fsio.lstat(path)
-            link = st is not None and stat.S_ISLNK(st.st_mode)
-            self.add("events_symlink" if link else "event_log_damaged", path,
-                     f"{d.reason}: these events are not read"
-                     + (" (and nothing is written through a link)" if link else ""),
-                     severity=INFO if d.reason == "bad_lines" else PROBLEM,
-                     repair="move to quarantine" if link else None,
-                     fix=self.quarantine_fix(path, "events", "symlink", None, st)
-                     if link and st is not None else None)
+            if d.reason == "symlink" and st is not None and stat.S_ISLNK(st.st_mode):
+                self.add("events_symlink", path, "a symlink in the event log: never followed, "
+                         "so events are neither written through it nor read from it",
+                         repair="move to quarantine",
+                         fix=self.quarantine_fix(path, "events", "symlink", None, st))
+            elif d.reason == "bad_lines":  # a crash mid-append leaves a torn line: expected
+                self.add("events_damaged", path, f"{d.detail.get('unreadable_lines', 0)} "
+                         f"unreadable and {d.detail.get('overlong_lines', 0)} overlong line(s) "
+                         "skipped; every other event of the file is read", severity=INFO)
+            else:
+                self.add("events_unreadable", path, f"part of the event log cannot be read "
+                         f"({d.reason})", repair=None)
 
     def run(self) -> list[Finding]:
         lay = self.store.layout

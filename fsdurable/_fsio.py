@@ -280,6 +280,33 @@ def write_atomic(
     return final
 
 
+def write_new(path: str, data: bytes, *, durable: bool = True) -> None:
+    """Create ``path`` (never replacing anything, never through a link) holding ``data``:
+    open O_EXCL, write, fsync, directory fsync — no temp file, no rename.
+
+    For files only ever read once something durable names them (a LangGraph thread's records:
+    the head that counts a record is committed after this returns). A crash mid-way may leave a
+    short file under the name; nothing refers to it, and its writer replaces it. Raises
+    FileExistsError if the name is taken.
+    """
+    with storage_errors(path, "write"):
+        _rec("create", path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC,
+                     FILE_MODE)
+        try:
+            _rec("write", path, data)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if durable:
+                _rec("fsync", path)
+                _fsync_fd(fd)
+        finally:
+            os.close(fd)
+        if durable:
+            fsync_dir(os.path.dirname(path))
+
+
 def read_bounded(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
     """Read a regular file, never following a symlink and never more than ``max_bytes``.
 

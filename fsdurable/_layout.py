@@ -17,6 +17,7 @@ SESSIONS = "sessions"
 MARKERS = "markers"
 EVENTS = "events"
 QUARANTINE = "quarantine"
+LANGGRAPH = "langgraph"  # fsdurable.langgraph: one directory of immutable records per thread
 ENTRIES = "entries"  # immutable entry files of the framework adapters: entries/<kind>/<id>.json
 
 _ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
@@ -125,7 +126,7 @@ TEMP_SUFFIX = ".tmp"
 class Layout:
     """Absolute paths of one store."""
 
-    __slots__ = ("events", "manifest", "markers", "quarantine", "root", "sessions")
+    __slots__ = ("events", "langgraph", "manifest", "markers", "quarantine", "root", "sessions")
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = os.path.abspath(os.fspath(root))
@@ -134,12 +135,21 @@ class Layout:
         self.markers = os.path.join(self.root, MARKERS)
         self.events = os.path.join(self.root, EVENTS)
         self.quarantine = os.path.join(self.root, QUARANTINE)
+        self.langgraph = os.path.join(self.root, LANGGRAPH)
 
     def session(self, session_id: str) -> str:
         return os.path.join(self.sessions, session_id + ".json")
 
     def marker(self, session_id: str) -> str:
         return os.path.join(self.markers, session_id + ".json")
+
+    def lg_thread(self, session_id: str) -> str:
+        """The directory of a LangGraph thread's append-only records (``fsdurable.langgraph``)."""
+        return os.path.join(self.langgraph, session_id)
+
+    def lg_record(self, session_id: str, seq: int, kind: str) -> str:
+        """One immutable record of a thread: ``<seq, 12 digits>.<ckpt|writes>``."""
+        return os.path.join(self.langgraph, session_id, f"{seq:012d}.{kind}")
 
     def entry(self, kind: str, entry_id: str) -> str:
         """An adapter's immutable entry file (``kind``: the adapter, e.g. ``pydantic_ai``)."""

@@ -16,7 +16,7 @@ from typing import Any
 from .conftest import PYTHON, REPO, subprocess_env
 
 PARTS = ("startup", "discovery", "commit", "growth", "memory", "looplag", "adapters",
-         "events")
+         "events", "langgraph")
 
 
 def stats_ok(r: dict[str, Any]) -> bool:
@@ -51,5 +51,9 @@ def test_quick_bench_completes_and_writes_valid_json(tmp_path: Path) -> None:
     assert all(stats_ok(lag[m]["lag"]) for m in ("async", "sync"))
     ad = docs["adapters"]
     assert stats_ok(ad["results"]["interpreter"]) and stats_ok(ad["results"]["openai_agents"])
+    lg = docs["langgraph"]
+    assert all(stats_ok(v) for part in ("put", "get_tuple") for v in lg["put_get"][part].values())
+    assert lg["chat"]["results"]["fsdurable"]["bytes_on_disk"] > 0
+    assert stats_ok(lg["discovery"]["results"]["fsdurable"])
     # the quick run never rewrites the committed README or results
     assert not (out / "README.md").exists()

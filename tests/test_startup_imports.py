@@ -103,9 +103,8 @@ def test_cli_interrupted_and_dry_run_import_none_and_agree_with_the_library(
         assert loaded == [], f"{' '.join(argv)} imported {loaded}"
         if argv[0] == "recover":
             got = json.loads(p.stdout)
-            # the CLI's recover has no loop: resumable turns are left (resume=False)
             want = recover(store, AgentLoop(store, ScriptedModel([]), []), dry_run=True,
-                           resume=False).to_dict()
+                           resume=False).to_dict()  # the CLI has no loop: it leaves them
             keys = ("session_id", "turn_id", "node_id", "verdict", "outcome", "reason")
             assert got["dry_run"] is True
             assert [{k: o[k] for k in keys} for o in got["outcomes"]] == \

@@ -87,6 +87,27 @@ def _kills(args: argparse.Namespace, rows: list[tuple[str, Any]], bad: list[str]
              ("kill torture seconds", res["seconds"])]
 
 
+def _langgraph(args: argparse.Namespace, rows: list[tuple[str, Any]], bad: list[str]) -> None:
+    try:
+        from . import lgcrash
+    except ImportError:  # langgraph is not installed: the saver cannot be run
+        rows.append(("langgraph saver", "skipped (langgraph not installed)"))
+        return
+    r = lgcrash.run(exhaustive=args.exhaustive)
+    bad += r.violations
+    caught = sum(1 for name in lgcrash.LG_MUTANTS if lgcrash.run_mutant(name).violations)
+    if caught < len(lgcrash.LG_MUTANTS):
+        bad.append("a broken LangGraph saver protocol was NOT caught")
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(dir=shm, prefix="fsd-lgkill-") as base:
+        k = lgcrash.kills(base, stride=4 if args.quick else 1)
+    bad += k["violations"]
+    rows += [("langgraph saver: crash points / states", f"{r.crash_points} / {r.states}"),
+             ("  broken saver protocols caught", f"{caught}/{len(lgcrash.LG_MUTANTS)}"),
+             ("  kills at disk steps (put, put_writes, delete_thread)", k["kills"]),
+             ("  langgraph seconds", f"{r.seconds + k['seconds']:.0f}")]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.torture", description=__doc__)
     p.add_argument("--kills", type=int, default=None, help="kills in the kill torture "
@@ -99,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--exhaustive", action="store_true",
                    help="explorer: more torn-write cuts, every subset of up to 6 pending "
                         "directory operations, a 4x workload")
-    p.add_argument("--only", choices=("explorer", "faults", "hostile", "kills"), action="append")
+    p.add_argument("--only", choices=("explorer", "faults", "hostile", "kills", "langgraph"),
+                   action="append")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="fsd-torture-") as state:
         os.environ.setdefault("FSDURABLE_STATE_DIR", state)
@@ -108,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         bad: list[str] = []
         t = time.monotonic()
         parts = {"explorer": _explorer, "faults": _faults, "hostile": _hostile,
-                 "kills": _kills}
+                 "kills": _kills, "langgraph": _langgraph}
         for name, fn in parts.items():
             if args.only and name not in args.only:
                 continue

@@ -1,8 +1,8 @@
 """A conservative persistence model of a POSIX file system, fed by ``_fsio``'s recorder.
 
-Every operation the store makes (create, write, fsync, rename, link, unlink, mkdir, fsync_dir,
-append) is replayed into this model. At any crash point the model enumerates the on-disk states a
-power cut may leave:
+Every operation the store makes (create, write, fsync, rename, link, unlink, mkdir, rmdir,
+fsync_dir, append) is replayed into this model. At any crash point the model enumerates the
+on-disk states a power cut may leave:
 
 * data written to a file since its last fsync may be lost: any prefix of it may survive, and the
   last write may be torn (full length, tail replaced by zeros);
@@ -38,7 +38,7 @@ class Inode:
 
 @attrs.frozen
 class DirOp:
-    kind: str  # "link" (create/link), "rename", "unlink", "mkdir"
+    kind: str  # "link" (create/link), "rename", "unlink", "mkdir", "rmdir"
     dirs: tuple[str, ...]  # directories whose fsync makes this op durable
     path: str
     src: str | None = None
@@ -57,6 +57,10 @@ def _apply(ns: dict[str, int], dirs: set[str], op: DirOp) -> None:
         ns.pop(op.path, None)
     elif op.kind == "mkdir":
         dirs.add(op.path)
+    elif op.kind == "rmdir":  # only an empty directory goes: its entries went with it
+        dirs.discard(op.path)
+        for p in [p for p in ns if p.startswith(op.path + os.sep)]:
+            del ns[p]
 
 
 @attrs.define
@@ -208,6 +212,9 @@ class FsModel:
         elif op == "mkdir":
             self.live_dirs.add(r)
             self.pending_ops.append(DirOp("mkdir", (self._dir(r),), r))
+        elif op == "rmdir":
+            self.live_dirs.discard(r)
+            self.pending_ops.append(DirOp("rmdir", (self._dir(r),), r))
         elif op == "fsync_dir":
             keep = []
             for o in self.pending_ops:
