@@ -295,16 +295,22 @@ def write_new(path: str, data: bytes, *, durable: bool = True) -> None:
                      FILE_MODE)
         try:
             _rec("write", path, data)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            if durable:
-                _rec("fsync", path)
-                _fsync_fd(fd)
+            _write_all(fd, data, path, durable)
         finally:
             os.close(fd)
         if durable:
             fsync_dir(os.path.dirname(path))
+
+
+def _write_all(fd: int, data: bytes, path: str, durable: bool) -> None:
+    """Write every byte (a short write — a signal, ENOSPC part-way — never cuts the data), then
+    fsync the file if ``durable``."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    if durable:
+        _rec("fsync", path)
+        _fsync_fd(fd)
 
 
 def read_bounded(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
@@ -450,12 +456,7 @@ def append_line(path: str, line: bytes, *, durable: bool = True) -> None:
                 os.lseek(fd, size - 1, os.SEEK_SET)  # O_APPEND: the write still goes to the end
                 if os.read(fd, 1) != b"\n":
                     line = b"\n" + line
-            view = memoryview(line)
-            while view:  # a short write (signal, full pipe-like fs) must not cut the line
-                view = view[os.write(fd, view):]
-            if durable:
-                _rec("fsync", path)
-                _fsync_fd(fd)
+            _write_all(fd, line, path, durable)
         finally:
             os.close(fd)
         if durable and not existed:

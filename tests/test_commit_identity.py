@@ -33,8 +33,10 @@ def _sync_file(src: Path, dst: Path) -> None:
 
 
 def _two_nodes(tmp_path: Path) -> tuple[fsdurable.Store, fsdurable.Store, Path, Path]:
-    a = fsdurable.Store(tmp_path / "a", node_id="node-a")
-    b = fsdurable.Store(tmp_path / "b", node_id="node-b")
+    # one fixed clock: both nodes' commit times print with the same digits, so two commits that
+    # differ only by "a"/"b" have files of the same size (a wall clock made that a coin toss)
+    a = fsdurable.Store(tmp_path / "a", node_id="node-a", clock=lambda: 1_800_000_000.25)
+    b = fsdurable.Store(tmp_path / "b", node_id="node-b", clock=lambda: 1_800_000_000.25)
     a.create("chat", metadata={"n": 0})
     fa, fb = tmp_path / "a" / "sessions" / "chat.json", tmp_path / "b" / "sessions" / "chat.json"
     _sync_file(fa, fb)  # both nodes at version 1, the same commit
