@@ -10,7 +10,7 @@ with ``.replace``), re-exported here.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -167,6 +167,23 @@ def in_doubt(s: Session) -> tuple[LedgerEntry, ...]:
     return tuple(e for e in s.turn.ledger if e.status == "intent") if s.turn else ()
 
 
-__all__ = ["EFFECTS", "LEDGER_STATUSES", "ROLES", "Effect", "Event", "LedgerEntry", "LedgerStatus",
-           "Manifest", "Marker", "Message", "Session", "ToolCall", "Turn", "in_doubt",
-           "unanswered_calls", "unique_calls", "with_entry"]
+# metadata key of the review queue: in-doubt calls parked for a human (fsdurable review)
+REVIEW = "review_required"
+
+
+def review_record(turn_id: str, entries: Iterable[LedgerEntry], *, at: float, reason: str,
+                  previous: object = None) -> dict[str, Any]:
+    """``metadata["review_required"]`` for in-doubt ledger entries (one shape for every park);
+    calls still parked from an earlier turn (``previous``) stay in it."""
+    calls = [{"tool_call_id": e.tool_call_id, "tool": e.name, "effect": e.effect,
+              "idempotency_key": e.idempotency_key, "intent_at": e.intent_at,
+              "turn_id": turn_id, "reason": reason} for e in entries]
+    if isinstance(previous, dict) and isinstance(previous.get("calls"), list):
+        calls = [{"turn_id": previous.get("turn_id"), "reason": previous.get("reason"), **c}
+                 for c in previous["calls"] if isinstance(c, dict)] + calls
+    return {"turn_id": turn_id, "calls": calls, "at": at, "reason": reason}
+
+
+__all__ = ["EFFECTS", "LEDGER_STATUSES", "REVIEW", "ROLES", "Effect", "Event", "LedgerEntry",
+           "LedgerStatus", "Manifest", "Marker", "Message", "Session", "ToolCall", "Turn",
+           "in_doubt", "review_record", "unanswered_calls", "unique_calls", "with_entry"]

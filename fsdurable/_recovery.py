@@ -480,7 +480,7 @@ def _resumed(store: Store, pol: RecoveryPolicy, claim: _Claim, result: Any,
 def _park(store: Store, s: Session, doubtful: list[Any], base: Outcome) -> Outcome:
     """An in-doubt call that a repeat could duplicate: stop the turn, never re-run it, and leave
     the facts for a human (event + ``metadata["review_required"]``)."""
-    from ._review import REVIEW, review_record
+    from ._model import REVIEW, review_record
 
     assert s.turn is not None
     tid = s.turn.id

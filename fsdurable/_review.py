@@ -15,32 +15,19 @@ with the call's original idempotency key, once; its result is committed and is a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import _events as ev
 from ._errors import FsDurableError, InvalidState, TurnStateError
+from ._model import REVIEW, review_record
 
 if TYPE_CHECKING:
-    from ._model import LedgerEntry, Session
+    from ._model import Session
     from ._store import Store
 
-REVIEW = "review_required"
 ANSWERS = "review_answers"
 RAN, DID_NOT_RUN = "ran", "did_not_run"
-
-
-def review_record(turn_id: str, entries: Iterable[LedgerEntry], *, at: float, reason: str,
-                  previous: object = None) -> dict[str, Any]:
-    """``metadata["review_required"]`` for in-doubt ledger entries (one shape for every park);
-    calls still parked from an earlier turn (``previous``) stay in it."""
-    calls = [{"tool_call_id": e.tool_call_id, "tool": e.name, "effect": e.effect,
-              "idempotency_key": e.idempotency_key, "intent_at": e.intent_at,
-              "turn_id": turn_id, "reason": reason} for e in entries]
-    if isinstance(previous, dict) and isinstance(previous.get("calls"), list):
-        calls = [{"turn_id": previous.get("turn_id"), "reason": previous.get("reason"), **c}
-                 for c in previous["calls"] if isinstance(c, dict)] + calls
-    return {"turn_id": turn_id, "calls": calls, "at": at, "reason": reason}
 
 
 def _arguments(s: Session, tool_call_id: str) -> dict[str, Any] | None:

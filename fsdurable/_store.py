@@ -671,7 +671,7 @@ class Store:
             meta = s.metadata
             intents = [e for e in s.turn.ledger if e.status == "intent"]
             if intents:
-                from ._review import REVIEW, review_record
+                from ._model import REVIEW, review_record
 
                 rr = review_record(s.turn.id, intents, at=self.clock(), reason="cancelled",
                                    previous=meta.get(REVIEW))
