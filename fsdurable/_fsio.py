@@ -17,7 +17,6 @@ sees ``DurabilityUnknown`` (a StorageError carrying the new file's stat): the ch
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import stat
@@ -28,6 +27,7 @@ from ._layout import TEMP_SUFFIX, temp_prefix
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+    from contextlib import AbstractContextManager
     from typing import IO, Any
 
     Recorder = Callable[[str, tuple[Any, ...]], None]
@@ -156,16 +156,21 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-class _Writer:
-    """The fsync-and-rename protocol of atomicwrites' ``AtomicWriter`` (the same steps and
-    order: temp file beside the target, write, fsync, rename or link, directory fsync; the temp
-    file removed on failure), with our temp names and every step recorded. Not built on
-    atomicwrites itself: importing it pulls ``tempfile``, ``shutil``, ``random`` and the
-    compression modules into every process that opens a store (bench/startup.py)."""
+class _Steps:
+    """Our steps of atomicwrites' ``AtomicWriter`` protocol (temp file beside the target, write,
+    fsync, rename or create-if-absent; the temp file removed on failure): our temp names, every
+    step recorded, the inode's stat kept. ``AtomicWriter.open`` drives them. The writer class is
+    built on the first write (``_writer``), so importing this module — every process that opens
+    a store — never imports atomicwrites (and its ``tempfile``, ``shutil``, ``random`` and
+    compression modules: bench/startup.py)."""
+
+    _path: str
+    _overwrite: bool
+    if TYPE_CHECKING:  # AtomicWriter's, which the built class inherits
+        def open(self) -> AbstractContextManager[IO[bytes]]: ...
 
     def __init__(self, path: str, *, overwrite: bool, durable: bool) -> None:
-        self._path = path
-        self._overwrite = overwrite
+        super().__init__(path, mode="wb", overwrite=overwrite)  # type: ignore[call-arg]
         self._durable = durable
         self._tmp = ""
         self._keep = -1  # a second descriptor of the temp file, open across the rename
@@ -241,6 +246,19 @@ class _Writer:
             os.unlink(self._tmp)
 
 
+_WRITER: list[type[_Steps]] = []
+
+
+def _writer() -> type[_Steps]:
+    """``_Steps`` on atomicwrites' ``AtomicWriter`` (a mandated dependency), built once, on the
+    first write."""
+    if not _WRITER:
+        from atomicwrites import AtomicWriter
+
+        _WRITER.append(type("_Writer", (_Steps, AtomicWriter), {}))
+    return _WRITER[0]
+
+
 def write_atomic(
     path: str, data: bytes, *, overwrite: bool = True, durable: bool = True
 ) -> os.stat_result:
@@ -251,19 +269,11 @@ def write_atomic(
     later without re-reading it.
     """
     with storage_errors(path, "write"):
-        writer = _Writer(path, overwrite=overwrite, durable=durable)
+        writer = _writer()(path, overwrite=overwrite, durable=durable)
         try:
-            f = writer.get_fileobject()
-            try:
-                with f:
-                    _rec("write", writer._tmp, data)
-                    f.write(data)
-                    writer.sync(f)
-                writer.commit(f)
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    writer.rollback(f)
-                raise
+            with writer.open() as f:  # atomicwrites: get_fileobject, sync, commit | rollback
+                _rec("write", writer._tmp, data)
+                f.write(data)
             final = writer.final
             assert final is not None
         finally:

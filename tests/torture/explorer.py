@@ -180,7 +180,7 @@ def mutant(name: str) -> Iterator[CommitImpl | None]:
     elif name == "correct_copy":  # the test-side copy in the right order must pass
         yield _commit_in_order(("marker", "session", "unmark"))
     elif name == "no_file_fsync":
-        with _patched(_fsio._Writer, "sync", _sync_without_fsync):
+        with _patched(_fsio._Steps, "sync", _sync_without_fsync):
             yield None
     elif name == "no_dir_fsync":
         with _patched(_fsio, "fsync_dir", lambda path: None):
