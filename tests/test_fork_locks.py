@@ -24,13 +24,16 @@ from fsdurable._tools import call
 root, pidfile = sys.argv[1:3]
 
 def helper():
+    # written by the helper itself: its fork hooks have run by now (the parent's p.start()
+    # returns before the child is scheduled, which on a loaded machine made this a race)
+    with open(pidfile + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(pidfile + ".tmp", pidfile)
     time.sleep(120)
 
 def spawn(ctx):
     p = multiprocessing.get_context("fork").Process(target=helper, daemon=False)
     p.start()
-    with open(pidfile, "w") as f:
-        f.write(str(p.pid))
     time.sleep(120)  # the agent is killed here, mid-turn
     return "never"
 
