@@ -20,6 +20,12 @@ from __future__ import annotations
 from ._config import DEFAULT_CONFIG, Config
 from ._records import Marker, Record, defaults
 
+# Sources of the framework adapters' sessions (fsdurable.langgraph, .openai_agents, .pydantic_ai,
+# .claude): their interrupted runs are resumed by that adapter's own recover(), which selects them.
+# A generic recover() (an AgentLoop host, the CLI) leaves them alone unless its `select` asks for
+# them: an agent loop resuming a LangGraph thread as one of its own turns would corrupt it.
+ADAPTER_SOURCES = frozenset({"langgraph", "openai-agents", "pydantic-ai", "claude"})
+
 VERDICTS = ("resume", "stale", "exhausted", "foreign", "disabled")
 
 
@@ -95,5 +101,5 @@ def verdict(m: Marker, *, node_id: str, now: float, policy: RecoveryPolicy,
     return "resume"
 
 
-__all__ = ["VERDICTS", "Judged", "RecoveryPolicy", "from_future", "judged", "trusted_time",
-           "verdict"]
+__all__ = ["ADAPTER_SOURCES", "VERDICTS", "Judged", "RecoveryPolicy", "from_future", "judged",
+           "trusted_time", "verdict"]

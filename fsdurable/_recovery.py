@@ -29,7 +29,7 @@ import attrs
 from . import _events as ev
 from . import _repair
 from ._errors import FsDurableError, HostError, LockTimeout, SessionNotFound, UnreadableState
-from ._gates import VERDICTS, RecoveryPolicy, judged, verdict
+from ._gates import ADAPTER_SOURCES, VERDICTS, RecoveryPolicy, judged, verdict
 from ._model import Marker, Message, Session, in_doubt, unanswered_calls
 from ._store import Store
 
@@ -205,12 +205,19 @@ def _errored(store: Store, base: Outcome, e: BaseException) -> Outcome:
     return attrs.evolve(base, outcome="error", reason="error", error=err)
 
 
+def _default_select(select: Callable[[Marker], bool] | None) -> Callable[[Marker], bool]:
+    """The caller's ``select``, else every marker but the framework adapters' runs."""
+    return select if select is not None else (lambda m: m.source not in ADAPTER_SOURCES)
+
+
 def recover(store: Store, loop: Host, policy: RecoveryPolicy | None = None, *,
             dry_run: bool = False, resume: bool = True,
             select: Callable[[Marker], bool] | None = None) -> RecoveryReport:
     """Recover every interrupted turn of this node (what a host calls at daemon start).
 
-    ``select(marker)`` limits recovery to some markers (e.g. one host's routes).
+    ``select(marker)`` limits recovery to some markers (e.g. one host's routes). Without it,
+    the framework adapters' runs (``_gates.ADAPTER_SOURCES``: LangGraph, OpenAI Agents, ...)
+    are left to their own adapter's ``recover`` — never resumed as this host's turns.
     ``resume=False`` applies every gate (stale/exhausted abandoned, orphans repaired) but leaves
     the turns that would resume untouched (outcome ``left``) — for a process without the host's
     loop, like the CLI. A turn whose route lock is held (a live turn, or another process
@@ -222,6 +229,7 @@ def recover(store: Store, loop: Host, policy: RecoveryPolicy | None = None, *,
     report and the event log.
     """
     pol = _policy(store, policy)
+    select = _default_select(select)
     if dry_run:
         return RecoveryReport(tuple(assess(store, pol, select=select, loop=loop,
                                            resume=resume)), dry_run=True)
@@ -250,6 +258,7 @@ async def arecover(store: Store, host: Host, policy: RecoveryPolicy | None = Non
     from ._aio import run_sync
 
     pol = _policy(store, policy)
+    select = _default_select(select)
     markers, bad = await run_sync(store.scan_markers)
     out = await run_sync(_bad_markers, store, markers, bad)
     for m in markers:

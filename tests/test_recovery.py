@@ -348,3 +348,21 @@ def test_the_claim_takes_the_original_route_lock(store: Store) -> None:
     with store.lock("session:s"):  # not the turn's route: does not block it
         [o] = recover(store, loop).outcomes
     assert o.outcome == "resumed"
+
+
+def test_a_generic_recover_leaves_the_framework_adapters_runs_alone(store: Store) -> None:
+    """An AgentLoop host's recover() never resumes a LangGraph or OpenAI Agents run as one of
+    its own turns (it would write its transcript into the thread); the adapter's own recover
+    selects them. Before the fix both sessions below were claimed and resumed by the loop."""
+    for sid, source in (("mine", "desktop"), ("lg", "langgraph"), ("oa", "openai-agents")):
+        store.create(sid, source=source)
+        store.begin_turn(sid, "go")
+    loop = AgentLoop(store, ScriptedModel([], final="done"))
+    rep = recover(store, loop)
+    assert [(o.session_id, o.outcome) for o in rep.outcomes] == [("mine", "resumed")]
+    for sid in ("lg", "oa"):
+        s = store.load(sid)
+        assert s.in_progress and s.turn is not None and s.turn.resume_attempts == 0
+        assert store.read_marker(sid) is not None
+    picked = recover(store, loop, select=lambda m: m.source == "langgraph")  # explicit: taken
+    assert [o.session_id for o in picked.outcomes] == ["lg"]
