@@ -119,7 +119,9 @@ def _doctor(args: argparse.Namespace) -> Result:
                                 "problems": len(left)}, text
 
 
-KINDS = ("session", "marker", "event", "manifest")
+# the store's own formats, then the framework adapters' (fsdurable.langgraph, .pydantic_ai, .claude)
+KINDS = ("session", "marker", "event", "manifest", "lghead", "lgrecord", "pydantic_ai_entry",
+         "claude_batch")
 
 
 def schema_text(kind: str) -> str:
