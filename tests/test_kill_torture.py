@@ -98,3 +98,29 @@ def test_the_live_check_catches_a_missing_marker(tmp_path: Path) -> None:
     st.begin_turn("a", "x")
     os.unlink(st.layout.marker("a"))
     assert kills.check_live(st) == ["session a in progress without a marker"]
+
+
+def test_the_cached_live_check_rechecks_what_changed(tmp_path: Path) -> None:
+    """The driver's check after each kill skips the files it checked unchanged; a marker that
+    goes away since the last check must still be found."""
+    import os
+
+    from fsdurable import Store
+
+    st = Store(tmp_path / "store")
+    st.create("a")
+    st.create("b")
+    st.begin_turn("a", "x")
+    seen: dict[str, object] = {}
+    assert kills.check_live(st, seen) == []
+    assert set(seen) == {"a", "b"}
+    assert kills.check_live(st, seen) == []  # unchanged: nothing parsed, nothing found
+    os.unlink(st.layout.marker("a"))
+    assert kills.check_live(st, seen) == ["session a in progress without a marker"]
+
+
+def test_workers_rotate_to_new_session_ids() -> None:
+    assert kills.own_ids(1, 0) == ["w1-0", "w1-1", "w1-2"]
+    assert kills.shared_ids(0) == kills.SHARED
+    assert kills.own_ids(1, 3) == ["w1-0-g3", "w1-1-g3", "w1-2-g3"]
+    assert set(kills.shared_ids(3)).isdisjoint(kills.SHARED)

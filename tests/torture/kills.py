@@ -3,8 +3,9 @@
 The driver (``run``; run it in a process of its own: it forks) imports fsdurable once and forks
 ``workers`` children. Each child opens the store, runs startup recovery, then loops at random:
 live turns (attended or not) on its own and on shared sessions, read-modify-write patches of a
-shared counter, cancels of any session's turn, recovery again. Its tools act on a "world"
-directory outside the store:
+shared counter, cancels of any session's turn, recovery again; every ``ROTATE`` kills the restarted workers
+move to new session ids (the old sessions, interrupted turns and all, stay for recovery). Its
+tools act on a "world" directory outside the store:
 
 * ``charge`` is ``external`` (no key): every execution appends a line — never twice per call;
 * ``send`` is ``idempotent``: the provider dedupes by the idempotency key (``O_EXCL`` file);
@@ -12,7 +13,7 @@ directory outside the store:
 * ``approve_me`` needs approval: it must never run in a resumed (unattended) turn;
 * every tool logs the ``attended``/``resumed`` the loop gave it.
 
-After every kill (the others keep running) the driver checks, holding each session's commit lock
+After every kill (the others keep running) the driver checks every session that changed, holding each session's commit lock
 so that no commit is half-seen: every session and marker parses; in progress => marker of the same
 turn; resume attempts never above the cap; no temp file under a final name. At the end it stops
 everyone, runs recovery and ``doctor --repair`` and checks the world: no lost update (every
@@ -40,6 +41,19 @@ from fsdurable._model import ToolCall
 
 CAP = 3
 SHARED = ("shared-0", "shared-1")
+# A session file is rewritten whole at each commit, so its cost grows with its history: without
+# rotation a 10,000-kill run slows quadratically (the shared sessions reached megabytes). Every
+# ROTATE kills the restarted workers move to a new generation of session ids; the old sessions
+# stay in the store, with whatever turns the kills interrupted, for every later recovery to find.
+ROTATE = 500
+
+
+def shared_ids(gen: int) -> tuple[str, ...]:
+    return SHARED if gen == 0 else tuple(f"{sid}-g{gen}" for sid in SHARED)
+
+
+def own_ids(wid: int, gen: int) -> list[str]:
+    return [f"w{wid}-{k}" + (f"-g{gen}" if gen else "") for k in range(3)]
 
 
 def _config() -> Config:
@@ -107,8 +121,9 @@ def make_loop(store: Any, world: str, wid: int) -> Any:
     return AgentLoop(store, model, tools, approve=lambda ctx, call: True)
 
 
-def worker(root: str, world: str, wid: int, seed: int) -> None:
-    """The body of a forked child; never returns (it is killed)."""
+def worker(root: str, world: str, wid: int, seed: int, gen: int = 0) -> None:
+    """The body of a forked child; never returns (it is killed). ``gen``: the generation of
+    session ids it works on (see ``ROTATE``)."""
     from fsdurable._recovery import recover
     from fsdurable._store import Store
 
@@ -117,7 +132,7 @@ def worker(root: str, world: str, wid: int, seed: int) -> None:
     errors = os.path.join(world, f"errors-{wid}.jsonl")
     st = Store(root, config=_config())
     loop = make_loop(st, world, wid)
-    own = [f"w{wid}-{k}" for k in range(3)]
+    own, shared = own_ids(wid, gen), list(shared_ids(gen))
 
     def guarded(fn: Any) -> Any:
         try:
@@ -129,12 +144,12 @@ def worker(root: str, world: str, wid: int, seed: int) -> None:
             return None
 
     guarded(lambda: recover(st, loop))
-    for sid in own:
+    for sid in own + shared:  # a shared one may be created by another worker meanwhile
         if not st.exists(sid):
             guarded(lambda sid=sid: st.create(sid, metadata={"n": 0}))
     while True:
         r = random.random()
-        sid = random.choice(own + list(SHARED))
+        sid = random.choice(own + shared)
         if r < 0.55:
             res = guarded(lambda sid=sid: loop.run(sid, "go", attended=random.random() < 0.5))
             if res is not None and res.session is not None:
@@ -143,7 +158,7 @@ def worker(root: str, world: str, wid: int, seed: int) -> None:
             def inc(s: Any) -> Any:
                 return attrs.evolve(s, metadata={**s.metadata, "n": s.metadata.get("n", 0) + 1})
 
-            s = guarded(lambda: st.patch(random.choice(SHARED), inc))
+            s = guarded(lambda: st.patch(random.choice(shared), inc))
             if s is not None:
                 _append(acks, {"sid": s.id, "version": s.version, "n": s.metadata["n"]})
         elif r < 0.93:
@@ -169,8 +184,20 @@ def _read_jsonl(path: str) -> list[dict[str, Any]]:
     return out
 
 
-def check_live(store: Any) -> list[str]:
-    """Invariants that hold at every instant, read under each session's commit lock."""
+def _stat(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def check_live(store: Any, seen: dict[str, Any] | None = None) -> list[str]:
+    """Invariants that hold at every instant, read under each session's commit lock.
+
+    ``seen`` (kept by the caller between checks): a session whose file and marker are the very
+    files checked last time (inode, size, mtime) is not parsed again — its findings cannot
+    have changed — so a check costs what changed since the last one, not the whole store."""
     from fsdurable._codec import parse_marker, parse_session
     from fsdurable._layout import NameKind, classify
 
@@ -185,6 +212,11 @@ def check_live(store: Any) -> list[str]:
     for sid in sorted(ids):
         with store._commit_lock(sid):
             s = m = None
+            if seen is not None:
+                key = (_stat(lay.session(sid)), _stat(lay.marker(sid)))
+                if seen.get(sid) == key:
+                    continue
+                seen[sid] = key
             try:
                 with open(lay.session(sid), "rb") as f:
                     s, _ = parse_session(f.read())
@@ -260,14 +292,14 @@ def check_final(store: Any, world: str) -> tuple[list[str], dict[str, int]]:
         if "n" in a and s.metadata.get("n", 0) < a["n"]:
             out.append(f"counter {a['sid']} went back below acknowledged {a['n']}")
     stats["acknowledged_commits"] = len(acks)
-    for e in store.events():
-        stats[f"event_{e.code}"] += 1
-        if e.code in (ev.ABANDONED, ev.FILE_QUARANTINED, ev.MARKER_REPAIRED):
-            stats[f"event_{e.code}:{e.reason}"] += 1
-        if e.code == ev.RESUME_FAILED:
-            stats[f"resume_failed:{str(e.detail.get('error'))[:60]}"] += 1
-        if e.code == ev.RESUMING and int(e.detail.get("attempt", 0)) > CAP:
-            out.append(f"resume attempt {e.detail.get('attempt')} above the cap {CAP}")
+    for event in store.events():
+        stats[f"event_{event.code}"] += 1
+        if event.code in (ev.ABANDONED, ev.FILE_QUARANTINED, ev.MARKER_REPAIRED):
+            stats[f"event_{event.code}:{event.reason}"] += 1
+        if event.code == ev.RESUME_FAILED:
+            stats[f"resume_failed:{str(event.detail.get('error'))[:60]}"] += 1
+        if event.code == ev.RESUMING and int(event.detail.get("attempt", 0)) > CAP:
+            out.append(f"resume attempt {event.detail.get('attempt')} above the cap {CAP}")
     return out, dict(stats)
 
 
@@ -291,7 +323,7 @@ def _terminate(signum: int, frame: Any) -> None:
 
 def run(base: str, *, kills: int = 200, workers: int = 3, seed: int = 1,
         max_delay: float = 0.12, progress: bool = False,
-        max_seconds: float | None = None) -> dict[str, Any]:
+        max_seconds: float | None = None, rotate_every: int = ROTATE) -> dict[str, Any]:
     """Fork ``workers`` children, SIGKILL one at random ``kills`` times (restarting it), check
     after every kill and at the end. Returns the figures and the violations. ``max_seconds``
     ends the killing early (the final checks still run; ``kills`` in the result is the count
@@ -310,7 +342,7 @@ def run(base: str, *, kills: int = 200, workers: int = 3, seed: int = 1,
     root, world = os.path.join(base, "store"), os.path.join(base, "world")
     os.makedirs(os.path.join(world, "idem"), exist_ok=True)
     seeder = Store(root, config=_config())
-    for sid in SHARED:
+    for sid in shared_ids(0):
         if not seeder.exists(sid):
             seeder.create(sid, metadata={"n": 0})
     del seeder
@@ -319,19 +351,21 @@ def run(base: str, *, kills: int = 200, workers: int = 3, seed: int = 1,
 
     def spawn(wid: int) -> None:
         child_seed = rnd.randrange(1 << 30)
+        gen = done // rotate_every
         pid = os.fork()
         if pid == 0:  # the child: never returns
             try:
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 _die_with_parent()
-                worker(root, world, wid, child_seed)
+                worker(root, world, wid, child_seed, gen)
             finally:
                 os._exit(1)
         pids[wid] = pid
 
     violations: list[str] = []
     checker = Store(root, config=_config())
+    seen: dict[str, Any] = {}
     previous = signal.signal(signal.SIGTERM, _terminate)  # so the finally below reaps workers
     done = 0
     try:
@@ -345,7 +379,7 @@ def run(base: str, *, kills: int = 200, workers: int = 3, seed: int = 1,
             os.kill(pids[wid], signal.SIGKILL)
             os.waitpid(pids[wid], 0)
             done += 1
-            violations += check_live(checker)
+            violations += check_live(checker, seen)
             spawn(wid)
             if progress and done % 100 == 0:
                 print(f"  {done} kills, {time.monotonic() - t0:.0f}s", file=sys.stderr,
