@@ -14,7 +14,7 @@ import os
 from . import _fsio
 from ._errors import FsDurableError, StorageError, UnreadableState
 from ._layout import Layout, own_id
-from ._recordcodec import parse_marker
+from ._recordcodec import SESSION_FORMAT, loads_strict, parse_marker
 from ._records import Marker
 
 # A marker is a few hundred bytes. However large ``Config.max_file_bytes`` is, a marker over this
@@ -71,4 +71,36 @@ def scan(layout: Layout, max_bytes: int) -> Listing:
     return Listing(found, bad)
 
 
-__all__ = ["MARKER_MAX_BYTES", "Listing", "marker_cap", "read_marker", "scan"]
+class NeedsCodec(Exception):
+    """``peek_turn`` cannot judge this session file with the stdlib alone (another format, a
+    field out of shape, a file that must not be read): the full session codec must decide."""
+
+
+def peek_turn(layout: Layout, sid: str, max_bytes: int) -> tuple[str, float, int] | None:
+    """The turn in progress of session ``sid`` as recovery gates it — (turn id, checkpoint time,
+    resume attempts) — or None if the session has none or does not exist. Stdlib only, for
+    ``recover --dry-run``: a session in the current format read as the store reads it (bounded,
+    never through a link, strict JSON). Raises NeedsCodec for anything else; a file this accepts
+    may still fail the full parse deeper down (its transcript), which only a real run shows."""
+    path = layout.session(sid)
+    try:
+        data, _ = _fsio.read_bounded(path, max_bytes)
+        d = loads_strict(data, path=path)
+    except FileNotFoundError:
+        return None
+    except (UnreadableState, StorageError) as e:
+        raise NeedsCodec(str(e)) from e
+    turn, in_progress = d.get("turn"), d.get("in_progress")
+    if d.get("format") != SESSION_FORMAT or d.get("id") != sid or \
+            not isinstance(in_progress, bool) or in_progress != isinstance(turn, dict):
+        raise NeedsCodec(f"{path}: not a session in {SESSION_FORMAT} as this node reads it")
+    if turn is None:
+        return None
+    tid, at, attempts = turn.get("id"), turn.get("checkpoint_at"), turn.get("resume_attempts", 0)
+    if not isinstance(tid, str) or type(at) not in (int, float) or type(attempts) is not int:
+        raise NeedsCodec(f"{path}: a turn field out of shape")
+    return tid, float(at), attempts
+
+
+__all__ = ["MARKER_MAX_BYTES", "Listing", "NeedsCodec", "marker_cap", "peek_turn", "read_marker",
+           "scan"]

@@ -101,5 +101,27 @@ def verdict(m: Marker, *, node_id: str, now: float, policy: RecoveryPolicy,
     return "resume"
 
 
+def plan(m: Marker, turn: tuple[str, float, int] | None, *, node_id: str, now: float,
+         policy: RecoveryPolicy, resume: bool) -> tuple[str, str, str, Marker]:
+    """What recovery does with a marker that passed the ``disabled`` and ``foreign`` gates, once
+    its session has been read: ``turn`` is the id, checkpoint time and resume attempts of the
+    session's turn in progress (None: no session, or none in progress). Returns (verdict, the
+    dry run's outcome, its reason, the marker judged with the session's exact figures).
+    ``would_resume`` still waits on the in-doubt calls, which only the full session shows."""
+    v = verdict(m, node_id=node_id, now=now, policy=policy)
+    if turn is None:
+        return v, "would_repair", "orphan", m
+    turn_id, checkpoint_at, attempts = turn
+    if turn_id != m.turn_id:
+        return v, "would_supersede", "superseded", m
+    exact = judged(m, checkpoint_at, attempts, now=now, policy=policy).marker
+    v = verdict(exact, node_id=node_id, now=now, policy=policy)
+    if v in ("stale", "exhausted"):
+        return v, "would_abandon", v, exact
+    if not resume:
+        return v, "would_leave", "no_loop", exact
+    return v, "would_resume", "", exact
+
+
 __all__ = ["ADAPTER_SOURCES", "VERDICTS", "Judged", "RecoveryPolicy", "from_future", "judged",
-           "trusted_time", "verdict"]
+           "plan", "trusted_time", "verdict"]

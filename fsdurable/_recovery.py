@@ -29,7 +29,7 @@ import attrs
 from . import _events as ev
 from . import _repair
 from ._errors import FsDurableError, HostError, LockTimeout, SessionNotFound, UnreadableState
-from ._gates import ADAPTER_SOURCES, VERDICTS, RecoveryPolicy, judged, verdict
+from ._gates import ADAPTER_SOURCES, VERDICTS, RecoveryPolicy, judged, plan, verdict
 from ._model import Marker, Message, Session, in_doubt, unanswered_calls
 from ._store import Store
 
@@ -126,25 +126,19 @@ def _plan(store: Store, m: Marker, pol: RecoveryPolicy, loop: Host | None,
     try:
         s = store.load(m.session_id)
     except SessionNotFound:
-        return attrs.evolve(base, outcome="would_repair", reason="orphan")
+        s = None
     except UnreadableState as e:
         return attrs.evolve(base, outcome="would_abandon", reason="unreadable", error=e.reason)
-    if not s.in_progress or s.turn is None:
-        return attrs.evolve(base, outcome="would_repair", reason="orphan")
-    if s.turn.id != m.turn_id:
-        return attrs.evolve(base, outcome="would_supersede", reason="superseded")
-    exact = judged(m, s.turn.checkpoint_at, s.turn.resume_attempts, now=now,
-                   policy=pol).marker
-    v = verdict(exact, node_id=store.node_id, now=now, policy=pol)
+    turn = None if s is None or s.turn is None or not s.in_progress else \
+        (s.turn.id, s.turn.checkpoint_at, s.turn.resume_attempts)
+    v, outcome, reason, exact = plan(m, turn, node_id=store.node_id, now=now, policy=pol,
+                                     resume=resume)
     base = attrs.evolve(base, verdict=v, age=now - exact.checkpoint_at,
-                        attempts=exact.resume_attempts)
-    if v in ("stale", "exhausted"):
-        return attrs.evolve(base, outcome="would_abandon", reason=v)
-    if not resume:
-        return attrs.evolve(base, outcome="would_leave", reason="no_loop")
-    if any(loop is None or not _rerun_safe(loop, store, e.name) for e in in_doubt(s)):
+                        attempts=exact.resume_attempts, outcome=outcome, reason=reason)
+    if outcome == "would_resume" and s is not None and \
+            any(loop is None or not _rerun_safe(loop, store, e.name) for e in in_doubt(s)):
         return attrs.evolve(base, outcome="would_review", reason="in_doubt")
-    return attrs.evolve(base, outcome="would_resume")
+    return base
 
 
 def _bad_marker(store: Store, sid: str, why: str, *, dry_run: bool) -> Outcome:

@@ -3,7 +3,8 @@
 ``recover`` without ``--dry-run`` has no host loop to continue a turn with (the tools live in the
 host), so it applies the gates that need none — stale and exhausted turns abandoned, orphan
 markers repaired, each with its event — and leaves resumable turns (outcome ``left``) for the
-host's ``fsdurable.recover(store, loop)``. ``--dry-run`` only computes the verdicts.
+host's ``fsdurable.recover(store, loop)``. ``--dry-run`` says what that would do and changes
+nothing: the same outcomes as ``recover(store, loop, dry_run=True, resume=False)``.
 """
 
 from __future__ import annotations
@@ -73,29 +74,50 @@ def _recover_args(p: argparse.ArgumentParser) -> None:
 @command("recover", args=_recover_args)
 def _recover(args: argparse.Namespace) -> Result:
     st = open_store(args)
-    if args.dry_run:  # what this command would do, judged like `interrupted` (as cheap)
-        markers, bad = st.scan_markers()
-        data = [{**d, "outcome": _WOULD[d["verdict"]],
-                 "reason": "no_loop" if d["verdict"] == "resume" else d["verdict"],
-                 "error": None, "status": None} for d in _judged(st, markers)]
-        if bad:  # the repair gate's plan for each (it reads their sessions: only then)
-            from ._recovery import assess
-
-            data += [_outcome(o) for o in assess(st, resume=False)
-                     if o.verdict == "unreadable"]
-    else:
+    data = _dry_run(st) if args.dry_run else None
+    if data is None:
         from ._recovery import recover
 
-        data = [_outcome(o) for o in recover(st, _NoLoop(), resume=False).outcomes]
+        data = [_outcome(o) for o in recover(st, _NoLoop(), resume=False,
+                                             dry_run=bool(args.dry_run)).outcomes]
     header = ["session", "verdict", "age", "attempts", "node", "outcome"]
     text = table(_rows(data, outcome=True), header) if data else "(no interrupted turns)"
     return 0, {"dry_run": bool(args.dry_run), "outcomes": data}, text
 
 
-# the marker's verdict -> what `recover` (no loop: resumable turns are left for the host) does
-# with it; a real run may also find the turn finished (superseded) or its marker an orphan
-_WOULD = {"resume": "would_leave", "stale": "would_abandon", "exhausted": "would_abandon",
-          "foreign": "listed", "disabled": "kept"}
+def _dry_run(st: Any) -> list[dict[str, Any]] | None:
+    """What ``recover`` would do, as ``recover(store, loop, dry_run=True, resume=False)`` says
+    it, at the cost of a listing: the stdlib gates, and each gated turn's session peeked at with
+    the stdlib (``peek_turn``: a finished turn's marker is an orphan, a newer turn supersedes
+    it). None when a marker or a session needs the full codec (the library's dry run decides)."""
+    from ._discovery import NeedsCodec, peek_turn
+    from ._gates import ADAPTER_SOURCES, RecoveryPolicy, plan, verdict
+
+    markers, bad = st.scan_markers()
+    if bad:
+        return None  # the repair gate's plan for each bad marker reads its session
+    pol = RecoveryPolicy.from_config(st.config)
+    now = st.clock()
+    out = []
+    for m in markers:
+        if m.source in ADAPTER_SOURCES:
+            continue  # left to the adapter's own recover(), as a real run leaves them
+        v = verdict(m, node_id=st.node_id, now=now, policy=pol)
+        exact, reason = m, v
+        if v in ("disabled", "foreign"):
+            outcome = "kept" if v == "disabled" else "listed"
+        else:
+            try:
+                turn = peek_turn(st.layout, m.session_id, st.config.max_file_bytes)
+            except NeedsCodec:
+                return None
+            v, outcome, reason, exact = plan(m, turn, node_id=st.node_id, now=now, policy=pol,
+                                             resume=False)
+        out.append({"session_id": m.session_id, "turn_id": m.turn_id, "node_id": m.node_id,
+                    "verdict": v, "age_seconds": round(now - exact.checkpoint_at, 3),
+                    "resume_attempts": exact.resume_attempts, "outcome": outcome,
+                    "reason": reason, "error": None, "status": None})
+    return out
 
 
 def _outcome(o: Any) -> dict[str, Any]:

@@ -111,3 +111,69 @@ def test_cli_interrupted_and_dry_run_import_none_and_agree_with_the_library(
                 [{k: o[k] for k in keys} for o in want["outcomes"]]
             assert [o["resume_attempts"] for o in got["outcomes"]] == \
                 [o["attempts"] for o in want["outcomes"]]
+
+
+def _cli_json(root: Path, *argv: str) -> tuple[dict[str, Any], list[str]]:
+    p = subprocess.run([PYTHON, "-c", CLI_CHILD % (FORBIDDEN,), "--root", str(root), *argv,
+                        "--json"], env=subprocess_env(), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout), json.loads(p.stderr.strip().splitlines()[-1])
+
+
+def test_cli_dry_run_foresees_orphans_superseded_turns_and_adapter_runs(store: Any,
+                                                                        root: Path) -> None:
+    """Issue 9 item 18 at the CLI: ``recover --dry-run`` says what ``recover`` would do, where
+    the marker alone is not enough — a turn finished after its marker was written (an orphan:
+    the crash between the session commit and the marker's unlink), a newer turn than the
+    marker's, an adapter's run (a real run leaves it to the adapter) — still without attrs.
+    On b85e63c it said ``would_leave`` for all three."""
+    from fsdurable import AgentLoop, ScriptedModel, recover
+
+    def marker_bytes(sid: str) -> bytes:
+        return Path(store.layout.marker(sid)).read_bytes()
+
+    store.create("live")
+    store.begin_turn("live", "go")
+    store.create("orphan")
+    s = store.begin_turn("orphan", "go")
+    old = marker_bytes("orphan")
+    store.end_turn(s, "done")
+    Path(store.layout.marker("orphan")).write_bytes(old)
+    store.create("newer")
+    s = store.begin_turn("newer", "one")
+    old = marker_bytes("newer")
+    store.end_turn(s, "done")
+    store.begin_turn("newer", "two")
+    Path(store.layout.marker("newer")).write_bytes(old)
+    store.create("graph", source="langgraph")
+    store.begin_turn("graph", "go")
+
+    got, loaded = _cli_json(root, "recover", "--dry-run")
+    assert loaded == [], f"recover --dry-run imported {loaded}"
+    want = recover(store, AgentLoop(store, ScriptedModel([]), []), dry_run=True,
+                   resume=False).to_dict()
+    keys = ("session_id", "turn_id", "verdict", "outcome", "reason")
+    assert sorted((o["session_id"], o["outcome"]) for o in got["outcomes"]) == [
+        ("live", "would_leave"), ("newer", "would_supersede"), ("orphan", "would_repair")]
+    assert [{k: o[k] for k in keys} for o in got["outcomes"]] == \
+        [{k: o[k] for k in keys} for o in want["outcomes"]]
+    # and the real run does what the dry run said
+    real, _ = _cli_json(root, "recover")
+    assert sorted((o["session_id"], o["outcome"]) for o in real["outcomes"]) == [
+        ("live", "left"), ("newer", "superseded"), ("orphan", "repaired")]
+
+
+def test_cli_dry_run_hands_a_session_it_cannot_peek_to_the_library(store: Any,
+                                                                   root: Path) -> None:
+    """A session the stdlib peek cannot judge (here a malformed turn field) is planned by the
+    library's dry run: the outcome is the library's, whatever it costs to import."""
+    store.create("odd")
+    store.begin_turn("odd", "go")
+    path = Path(store.layout.session("odd"))
+    doc = json.loads(path.read_text("utf-8"))
+    doc["turn"]["resume_attempts"] = "two"
+    path.write_text(json.dumps(doc), "utf-8")
+    got, _ = _cli_json(root, "recover", "--dry-run")
+    [o] = got["outcomes"]
+    assert (o["session_id"], o["outcome"], o["reason"]) == ("odd", "would_abandon", "unreadable")

@@ -3,9 +3,9 @@
 The driver (``run``; run it in a process of its own: it forks) imports fsdurable once and forks
 ``workers`` children. Each child opens the store, runs startup recovery, then loops at random:
 live turns (attended or not) on its own and on shared sessions, read-modify-write patches of a
-shared counter, cancels of any session's turn, recovery again; every ``ROTATE`` kills the restarted workers
-move to new session ids (the old sessions, interrupted turns and all, stay for recovery). Its
-tools act on a "world" directory outside the store:
+shared counter, cancels of any session's turn, recovery again; every ``ROTATE`` kills the
+restarted workers move to new session ids (the old sessions, interrupted turns and all, stay
+for recovery). Its tools act on a "world" directory outside the store:
 
 * ``charge`` is ``external`` (no key): every execution appends a line — never twice per call;
 * ``send`` is ``idempotent``: the provider dedupes by the idempotency key (``O_EXCL`` file);
@@ -13,12 +13,13 @@ tools act on a "world" directory outside the store:
 * ``approve_me`` needs approval: it must never run in a resumed (unattended) turn;
 * every tool logs the ``attended``/``resumed`` the loop gave it.
 
-After every kill (the others keep running) the driver checks every session that changed, holding each session's commit lock
-so that no commit is half-seen: every session and marker parses; in progress => marker of the same
-turn; resume attempts never above the cap; no temp file under a final name. At the end it stops
-everyone, runs recovery and ``doctor --repair`` and checks the world: no lost update (every
-acknowledged counter value unique and <= the final one), no acknowledged version lost, no
-idempotent effect applied twice, no external call run twice, recovery never attended.
+After every kill (the others keep running) the driver checks every session that changed,
+holding each session's commit lock so that no commit is half-seen: every session and marker
+parses; in progress => marker of the same turn; resume attempts never above the cap; no temp
+file under a final name. At the end it stops everyone, runs recovery and ``doctor --repair``
+and checks the world: no lost update (every acknowledged counter value unique and <= the final
+one), no acknowledged version lost, no idempotent effect applied twice, no external call run
+twice, recovery never attended.
 """
 
 from __future__ import annotations
