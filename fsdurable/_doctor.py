@@ -239,8 +239,18 @@ class _Scan:
                 self.add("events_unreadable", path, f"part of the event log cannot be read "
                          f"({d.reason})", repair=None)
 
+    def manifest(self) -> None:
+        plan = _repair.repair_manifest(self.store, dry_run=True)
+        path = self.store.layout.manifest
+        if not self.declined(plan, path) and plan.action != _repair.NOTHING:
+            self.add("manifest_unreadable", path, f"fsdurable.json cannot be read ({plan.reason}):"
+                     " the store runs on a stand-in id", repair="keep it in quarantine and "
+                     "write a new one", fix=self.gate_fix(
+                         lambda: _repair.repair_manifest(self.store)))
+
     def run(self) -> list[Finding]:
         lay = self.store.layout
+        self.manifest()
         for d in lay.directories():
             st = _fsio.lstat(d)
             if st is not None:

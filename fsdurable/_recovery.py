@@ -163,7 +163,10 @@ def _bad_marker(store: Store, sid: str, why: str, *, dry_run: bool) -> Outcome:
 def _bad_markers(store: Store, markers: list[Marker], bad: list[tuple[str, str]]
                  ) -> list[Outcome]:
     """Real recovery takes each bad marker to the repair gate first; one it rebuilt (this
-    node's turn in progress) joins ``markers`` and is gated like the others."""
+    node's turn in progress) joins ``markers`` and is gated like the others. An unreadable
+    ``fsdurable.json`` found when the store was opened is replaced there too."""
+    if store.manifest_problem is not None:
+        _repair.repair_manifest(store)  # never raises: a failure is its event
     out = []
     for sid, why in bad:
         o = _bad_marker(store, sid, why, dry_run=False)

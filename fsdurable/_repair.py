@@ -35,9 +35,11 @@ import attrs
 
 from . import _events as ev
 from . import _fsio
-from ._codec import parse_marker, parse_session
+from ._codec import encode_manifest, parse_manifest, parse_marker, parse_session
 from ._errors import FsDurableError, StorageError, UnreadableState
+from ._layout import new_id
 from ._model import Marker, Session
+from ._records import Manifest
 from ._store import Store
 
 # what an act can be; "would_<x>" in a dry run for the first group
@@ -386,6 +388,56 @@ def _remove_orphan(store: Store, sid: str, path: str, jm: Judged, dry_run: bool)
     return Act("removed_orphan", path, sid, reason="orphan")
 
 
+# ---------------------------------------------------------------------- the manifest
+
+_MANIFEST_MAX = 1 << 16  # the bound Store reads fsdurable.json with
+
+
+def repair_manifest(store: Store, *, dry_run: bool = False) -> Act:
+    """An unreadable ``fsdurable.json`` (the store's id and creation time; no user data) is kept
+    aside in ``quarantine/`` and a new one is renamed over it: the old bytes are in quarantine
+    before the new ones land, and only the very file judged is replaced (under a lock, its stat
+    checked again). A newer store format is never touched (``needs_newer``). One
+    ``file_quarantined`` event (kind ``manifest``)."""
+    path = store.layout.manifest
+    j = judge(store, path, _MANIFEST_MAX)
+    if j.stat is None:
+        return Act(NOTHING, path)
+    err = j.error
+    if err is None:
+        try:
+            parse_manifest(j.data or b"", path=path)
+            return Act(NOTHING, path)
+        except UnreadableState as e:
+            err = e
+    why = err.reason or "unreadable"
+    if why == "unknown_version":
+        return Act(NEEDS_NEWER, path, reason=why, detail=err.message)
+    if dry_run:
+        return _act("quarantined", path, None, True, reason=why)
+    durable = store.config.fsync
+    try:
+        with store._lockdir().hold("repair", "manifest", timeout=store.config.commit_lock_timeout,
+                                   poll=0.01):
+            now = _fsio.lstat(path)
+            if now is None or key(now) != key(j.stat):
+                return Act(NOTHING, path, reason="replaced meanwhile")
+            dest = _dest(store, path, "manifest", why)
+            _keep_aside(store, path, dest, j.stat)
+            m = Manifest(store_id=new_id(), created_at=store.clock())
+            _fsio.write_atomic(path, encode_manifest(m), durable=durable)
+    except FileNotFoundError:
+        return Act(NOTHING, path, reason="replaced meanwhile")
+    except (OSError, FsDurableError) as e:
+        store.emit(ev.FILE_QUARANTINED, reason=why, kind="manifest", path=path,
+                   quarantine_failed=str(e))
+        return Act(FAILED, path, reason=why, detail=str(e))
+    store.manifest, store.manifest_problem = m, None
+    store.emit(ev.FILE_QUARANTINED, reason=why, kind="manifest", cause=why, path=path,
+               moved_to=dest, replaced=True)
+    return Act("quarantined", path, reason=why, moved_to=dest)
+
+
 def repair_markers(store: Store, *, dry_run: bool = False) -> list[Act]:
     """``repair_marker`` for every bad marker of one listing of ``markers/``."""
     _, bad = store.scan_markers()
@@ -393,5 +445,5 @@ def repair_markers(store: Store, *, dry_run: bool = False) -> list[Act]:
 
 
 __all__ = ["ACTING", "NEEDS_NEWER", "WAITING", "Act", "Judged", "copy_aside", "foreign", "judge",
-           "judge_marker", "judge_session", "key", "owner_of", "quarantine", "repair_marker",
-           "repair_markers", "repair_session"]
+           "judge_marker", "judge_session", "key", "owner_of", "quarantine", "repair_manifest",
+           "repair_marker", "repair_markers", "repair_session"]

@@ -116,6 +116,8 @@ class Store:
         self._held = _thread._local()  # threading.local, likewise
         self._locks: Any = None
         self._log: ev.EventLog | None = None
+        # why fsdurable.json could not be read at open (None: it could); see _open
+        self.manifest_problem: str | None = None
         self.manifest = self._open(create)
 
     # ------------------------------------------------------------------ opening
@@ -137,7 +139,11 @@ class Store:
             except UnreadableState as e:
                 if e.reason == "unknown_version":
                     raise  # a newer fsdurable's store: writing to it could corrupt it
-                self._set_aside_manifest(e.reason or "unreadable")
+                # opening never repairs: the store works on a stand-in (the manifest holds no
+                # user data) and the file stays until the repair gate replaces it (recover,
+                # doctor --repair: _repair.repair_manifest)
+                self.manifest_problem = e.reason or "unreadable"
+                return Manifest(store_id="", created_at=0.0)
         m = Manifest(store_id=new_id(), created_at=self.clock())
         try:
             _fsio.write_atomic(lay.manifest, encode_manifest(m), overwrite=False,
@@ -702,17 +708,3 @@ class Store:
                 s = None
         self.emit(ev.ABANDONED, session_id=sid, turn_id=turn_id, reason=reason, **detail)
         return s
-
-    # ------------------------------------------------------------------ manifest
-
-    def _set_aside_manifest(self, reason: str) -> None:
-        """A manifest nobody can read is moved into ``quarantine/`` (with an event) so a new one
-        can be written: it holds no user data (store id, creation time) and opening a store must
-        never fail on it."""
-        lay = self.layout
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(self.clock()))
-        dest = os.path.join(lay.quarantine,
-                            f"{stamp}-{os.urandom(3).hex()}-manifest.{reason}-fsdurable.json")
-        _fsio.rename(lay.manifest, dest, durable=self._durable)
-        self.emit(ev.FILE_QUARANTINED, reason=reason, kind="manifest", cause=reason,
-                  path=lay.manifest, moved_to=dest)

@@ -157,14 +157,40 @@ def test_a_directory_where_a_file_should_be(store: Store) -> None:
         store.load("dir2")
 
 
-def test_unreadable_manifest_is_quarantined_and_replaced(root: Path) -> None:
+def test_an_unreadable_manifest_is_left_by_open_and_replaced_by_the_repair_gate(
+        root: Path) -> None:
+    """Opening a store never repairs (on 02a7dbc it moved fsdurable.json into quarantine/ from
+    Store.__init__, outside the repair gate); doctor reports it, and doctor --repair (or
+    recover) keeps the old bytes in quarantine/ before a new manifest is renamed over it."""
     Store(root)
     with open(root / "fsdurable.json", "w") as f:
         f.write("{not json")
     store = Store(root)
-    assert store.manifest.format == "fsdurable/1"
-    assert any(n.endswith("-fsdurable.json") and "-manifest." in n
-               for n in os.listdir(store.layout.quarantine))
+    assert store.manifest_problem == "invalid_json" and store.manifest.store_id == ""
+    assert (root / "fsdurable.json").read_text() == "{not json"
+    assert os.listdir(store.layout.quarantine) == []
+    [f] = [f for f in doctor(store) if f.code == "manifest_unreadable"]
+    assert not f.repaired and (root / "fsdurable.json").read_text() == "{not json"
+    store.create("a")  # the store works meanwhile
+    [f] = [f for f in doctor(store, repair=True) if f.code == "manifest_unreadable"]
+    assert f.repaired and store.manifest_problem is None and store.manifest.store_id
+    assert Store(root).manifest == store.manifest
+    [kept] = [n for n in os.listdir(store.layout.quarantine) if "-manifest." in n]
+    assert (Path(store.layout.quarantine) / kept).read_text() == "{not json"
+    [e] = [e for e in store.events() if e.code == "file_quarantined"]
+    assert e.detail["kind"] == "manifest" and e.detail["moved_to"].endswith(kept)
+    assert [f for f in doctor(store) if f.code == "manifest_unreadable"] == []
+
+
+def test_recover_replaces_an_unreadable_manifest(root: Path) -> None:
+    from fsdurable import AgentLoop, ScriptedModel
+
+    Store(root)
+    (root / "fsdurable.json").write_bytes(b"\x00" * 40)
+    store = Store(root)
+    assert store.manifest_problem is not None
+    recover(store, AgentLoop(store, ScriptedModel([]), []))
+    assert store.manifest_problem is None and Store(root).manifest_problem is None
 
 
 def test_a_newer_store_format_is_refused(root: Path) -> None:
