@@ -37,7 +37,7 @@ _EXPORTS = {
     "Turn": "._model",
     "Store": "._store",
     "AsyncStore": "._async",
-    "default_root": "._store",
+    "default_root": "._layout",
     "validate_session_id": "._layout",
     "Finding": "._doctor",
     "doctor": "._doctor",
@@ -102,6 +102,7 @@ if TYPE_CHECKING:  # explicit re-exports (`X as X`): mypy --strict users see the
     from ._errors import TurnStateError as TurnStateError
     from ._errors import UnreadableState as UnreadableState
     from ._gates import RecoveryPolicy as RecoveryPolicy
+    from ._layout import default_root as default_root
     from ._layout import validate_session_id as validate_session_id
     from ._loop import AgentLoop as AgentLoop
     from ._loop import TurnResult as TurnResult
@@ -122,7 +123,6 @@ if TYPE_CHECKING:  # explicit re-exports (`X as X`): mypy --strict users see the
     from ._review import rerun_call as rerun_call
     from ._review import review_queue as review_queue
     from ._store import Store as Store
-    from ._store import default_root as default_root
     from ._sync import Resolution as Resolution
     from ._sync import adopt as adopt
     from ._sync import conflict_copies as conflict_copies

@@ -159,6 +159,16 @@ class Layout:
         return (self.root, self.sessions, self.markers, self.events, self.quarantine)
 
 
+def default_root() -> str:
+    """``FSDURABLE_ROOT``, else ``<user data dir>/fsdurable/store``."""
+    env = os.environ.get("FSDURABLE_ROOT")
+    if env:
+        return env
+    import platformdirs
+
+    return os.path.join(platformdirs.user_data_dir("fsdurable", appauthor=False), "store")
+
+
 def state_dir(root: str) -> str:
     """Machine-local state of one store (locks, node id): outside ROOT, never synced.
 

@@ -214,7 +214,7 @@ def _quarantine(store: Store, path: str, kind: str, reason: str, expect: os.stat
         store.emit(code, session_id=sid, reason=reason, path=path, quarantine_failed=str(e))
         return None
     if sid is not None:
-        store._forget(sid)
+        store._cache.forget(sid)
     store.emit(code, session_id=sid, reason="unreadable" if code == ev.ABANDONED else reason,
                kind=kind, cause=reason, path=path, moved_to=dest, kept_in_place=keep)
     return dest
@@ -383,7 +383,7 @@ def _remove_orphan(store: Store, sid: str, path: str, jm: Judged, dry_run: bool)
         return Act(NOTHING, path, sid, reason="changed")
     if not _fsio.unlink(path, durable=store.config.fsync):
         return Act(NOTHING, path, sid)
-    store._forget_marker(sid)
+    store._cache.forget_marker(sid)
     store.emit(ev.MARKER_REPAIRED, session_id=sid, reason="orphan")
     return Act("removed_orphan", path, sid, reason="orphan")
 

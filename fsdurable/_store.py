@@ -1,9 +1,11 @@
-"""The store, and the one commit function every change to a session goes through.
+"""The store: a directory of sessions, markers and events, and the API over them.
 
-Invariant: on disk, ``session.in_progress`` is true  =>  ``markers/<id>.json`` exists, at every
-crash point. A marker whose session is not in progress (a crash between the session write and the
-marker removal) is repaired, with a ``marker_repaired`` event, when recovery or doctor meets it —
-through the repair gate (``_repair``), which sits above the store: reads here never repair.
+Every change to a session goes through the one commit function (``_commit``), which keeps "in
+progress => ``markers/<id>.json`` exists" true at every crash point. A marker whose session is
+not in progress (a crash between the session write and the marker removal) is repaired, with a
+``marker_repaired`` event, when recovery or doctor meets it — through the repair gate
+(``_repair``), which sits above the store: reads here never repair. What this process last read
+or wrote of each file is remembered by stat in a ``FileCache`` (``_filecache``).
 """
 
 from __future__ import annotations
@@ -11,16 +13,15 @@ from __future__ import annotations
 import _thread
 import contextlib
 import os
-import re
 import time
 from contextlib import contextmanager
 
-from . import _discovery, _fsio
+from . import _commit, _discovery, _fsio
 from . import _events as ev
+from ._commit import evolve
 from ._config import DEFAULT_CONFIG, Config
 from ._errors import (
     ConflictError,
-    DurabilityUnknown,
     FsDurableError,
     InvalidState,
     SessionNotFound,
@@ -28,73 +29,30 @@ from ._errors import (
     TurnStateError,
     UnreadableState,
 )
-from ._layout import Layout, new_id, own_id, state_dir, validate_node_id, validate_session_id
-from ._recordcodec import encode_manifest, encode_marker, parse_manifest
+from ._filecache import FileCache
+from ._layout import (
+    Layout,
+    default_root,
+    new_id,
+    own_id,
+    state_dir,
+    validate_node_id,
+    validate_session_id,
+)
+from ._recordcodec import encode_manifest, parse_manifest
 from ._records import Event, Manifest, Marker
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
-    from typing import Any, TypeVar
+    from typing import Any
 
     from ._model import Session
     from ._watch import Change, StopEvent
 
-    _T = TypeVar("_T")
-
 # Opening a store and listing its markers imports only the standard library (DESIGN.md "Layers",
 # tests/test_startup_imports.py): attrs, the model and the session codec are imported where a
 # session is read or built.
-
-
-def _evolve(inst: _T, **changes: Any) -> _T:
-    """``attrs.evolve``, with attrs imported on first use (off the startup path)."""
-    import attrs
-
-    new: _T = attrs.evolve(inst, **changes)  # type: ignore[misc]
-    return new
-
-
-StatKey = tuple[int, int, int, int, int]
-# A file's stat is trusted as "unchanged since we read or wrote it" only once its mtime is older
-# than this: within one timestamp granule (1-2 s on coarse filesystems: ext4 with small inodes,
-# FAT, many network filesystems) a replace by another process can repeat size, mtime and even the
-# freed inode number. Until then the version is re-checked from the file's first bytes (git's
-# "racily clean" rule).
-_RACY_WINDOW = 2.0
-# the file's first bytes as encode_session writes them: "version":N,"commit_id":"...", ...
-_PREFIX_RE = re.compile(rb'"version":(\d+),"commit_id":"([0-9A-Za-z]*)",', re.S)
-
-
-def _key(st: os.stat_result) -> StatKey:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _racy(st: os.stat_result) -> bool:
-    return time.time() - st.st_mtime < _RACY_WINDOW
-
-
-class _Seen:
-    """What this process last read or wrote of one session file: its stat and its commit's
-    identity (version and commit id)."""
-
-    __slots__ = ("commit_id", "key", "racy", "version")
-
-    def __init__(self, st: os.stat_result, s: Session) -> None:
-        self.key = _key(st)
-        self.version = s.version
-        self.commit_id = s.commit_id
-        self.racy = _racy(st)
-
-
-def default_root() -> str:
-    """``FSDURABLE_ROOT``, else ``<user data dir>/fsdurable/store``."""
-    env = os.environ.get("FSDURABLE_ROOT")
-    if env:
-        return env
-    import platformdirs
-
-    return os.path.join(platformdirs.user_data_dir("fsdurable", appauthor=False), "store")
 
 
 class Store:
@@ -110,9 +68,7 @@ class Store:
         self.clock = clock
         self._durable = config.fsync
         self._node_id = validate_node_id(node_id) if node_id is not None else None
-        self._mu = _thread.allocate_lock()  # threading.Lock without importing threading
-        self._seen: dict[str, _Seen] = {}  # session id -> what we last read or wrote
-        self._marks: dict[str, tuple[StatKey, Marker]] = {}  # markers this store read or wrote
+        self._cache = FileCache()  # the session and marker files this store read or wrote
         self._held = _thread._local()  # threading.local, likewise
         self._locks: Any = None
         self._log: ev.EventLog | None = None
@@ -281,18 +237,15 @@ class Store:
             data, st = _fsio.read_bounded(path, self.config.max_file_bytes)
             s, migrated = parse_session(data, path=path, session_id=sid)
         except FileNotFoundError:
-            self._forget(sid)
+            self._cache.forget(sid)
             return None
         except UnreadableState as e:  # reported, never moved by a read (the repair gate does)
             if e.reason == "wrong_id":
                 self._refuse_case_alias(sid)
             e.session_id = sid
             raise
-        seen = _Seen(st, s)
-        if migrated:  # an old format has no current-format prefix to re-check: trust this read
-            seen.racy = False
-        with self._mu:
-            self._seen[sid] = seen
+        # an old format has no current-format prefix to re-check: trust this read
+        self._cache.saw_session(sid, st, s, trusted=migrated)
         return s
 
     def _refuse_case_alias(self, sid: str) -> None:
@@ -319,15 +272,6 @@ class Store:
         except UnreadableState:
             return None
 
-    def _forget(self, sid: str) -> None:
-        with self._mu:
-            self._seen.pop(sid, None)
-            self._marks.pop(sid, None)
-
-    def _forget_marker(self, sid: str) -> None:
-        with self._mu:
-            self._marks.pop(sid, None)
-
     def _disk_version(self, sid: str) -> int:
         """Version on disk (0 if absent); see ``_disk_ident``."""
         return self._disk_ident(sid)[0]
@@ -339,31 +283,17 @@ class Store:
         path = self.layout.session(sid)
         st = _fsio.lstat(path)
         if st is None:
-            self._forget(sid)
+            self._cache.forget(sid)
             return 0, ""
-        with self._mu:
-            seen = self._seen.get(sid)
-        if seen is not None and seen.key == _key(st) and (
-                not seen.racy or self._prefix_matches(path, seen)):
-            seen.racy = _racy(st)
-            return seen.version, seen.commit_id
+        known = self._cache.session_ident(sid, path, st)
+        if known is not None:
+            return known
         try:
             s = self._read(sid)  # UnreadableState: never write over a file we cannot read
         except SessionNotFound as e:  # the name is another session's (case-insensitive fs)
             raise ConflictError(e.message, session_id=sid, path=e.path,
                                 reason="case_collision") from e
         return (s.version, s.commit_id) if s is not None else (0, "")
-
-    def _prefix_matches(self, path: str, seen: _Seen) -> bool:
-        """Do the file's first bytes still carry the version and commit id we cached?"""
-        try:
-            head = _fsio.read_prefix(path, 1024)
-        except (OSError, UnreadableState):
-            return False
-        m = _PREFIX_RE.search(head)
-        if m is None:
-            return False
-        return int(m.group(1)) == seen.version and m.group(2).decode() == seen.commit_id
 
     def interrupted(self) -> list[Marker]:
         """Every interrupted turn, from ONE listing of ``markers/`` and the markers themselves.
@@ -382,8 +312,7 @@ class Store:
         listing = _discovery.scan(self.layout, _discovery.marker_cap(self.config.max_file_bytes))
         out = []
         for m, st in listing.markers:
-            with self._mu:
-                self._marks[m.session_id] = (_key(st), m)
+            self._cache.saw_marker(m.session_id, st, m)
             out.append(m)
         bad = sorted((sid, "refused" if isinstance(err, StorageError)
                       else (err.reason or "unreadable")) for sid, err in listing.bad)
@@ -401,144 +330,16 @@ class Store:
         if got is None:
             return None
         m, st = got
-        with self._mu:
-            self._marks[sid] = (_key(st), m)
+        self._cache.saw_marker(sid, st, m)
         return m
 
     # ------------------------------------------------------------------ the commit function
 
     def _commit_locked(self, new: Session, base: int, *, at_least: int = 0,
                        owner: str | None = None, base_commit_id: str | None = None) -> Session:
-        """THE commit: every change to a session file goes through here, under its commit lock.
-
-        1. compare-and-swap on the commit's identity: the file on disk must be the commit
-           ``new`` was derived from — version ``base`` (0 = absent) and commit id
-           ``base_commit_id`` (default ``new.commit_id``) — else ConflictError: a file a sync
-           tool replaced with another node's commit of the same version is told apart;
-        2. entering or staying in progress: write the marker first (fsync, rename, dir fsync)
-           unless the one on disk already says the same (``Config.marker_refresh``);
-        3. write the session (temp, fsync, rename, dir fsync);
-        4. not in progress: remove the marker if one exists (unlink, dir fsync).
-        A crash between any two steps leaves "in progress => marker exists" true; the reverse gap
-        (a marker without an in-progress session) is repaired by recovery and doctor.
-        Returns the session at its new version: ``base + 1``, or ``at_least`` if that is higher
-        (resolving a sync conflict keeps versions increasing across every copy that was seen).
-        The marker's node is ``owner`` if given (a claim, an adoption), else the node that owns
-        the turn already, else (a new turn) this node: a commit never moves a turn silently.
-        Raises InvalidState (nothing written) if the file would exceed ``max_file_bytes``.
-        """
-        from ._codec import encode_session
-
-        sid = validate_session_id(new.id)
-        disk, disk_commit = self._disk_ident(sid)
-        want = new.commit_id if base_commit_id is None else base_commit_id
-        if disk != base:
-            raise ConflictError(
-                f"session {sid!r} is at version {disk} on disk, not {base}",
-                session_id=sid, path=self.layout.session(sid), reason="version_mismatch",
-                expected=base, actual=disk,
-            )
-        if disk and disk_commit != want:
-            raise ConflictError(
-                f"session {sid!r} on disk is another commit of version {disk} (commit "
-                f"{disk_commit or '-'}, not {want or '-'}): replaced, e.g. by a sync tool",
-                session_id=sid, path=self.layout.session(sid), reason="commit_mismatch",
-                expected=base, actual=disk,
-            )
-        s = _evolve(new, version=max(base + 1, at_least), updated_at=self.clock(),
-                    commit_id=os.urandom(8).hex())
-        m: Marker | None = None
-        if s.turn is not None:
-            m, s = self._marker_due(sid, s, owner)
-        data = encode_session(s)
-        if len(data) > self.config.max_file_bytes:  # it could never be read back
-            raise InvalidState(
-                f"session {sid!r} would be {len(data)} bytes, over max_file_bytes "
-                f"({self.config.max_file_bytes}): compact it", session_id=sid,
-                reason="too_large")
-        mdata = b""
-        if m is not None:  # every marker a commit writes is one discovery reads: checked first
-            mdata = encode_marker(m)
-            cap = _discovery.marker_cap(self.config.max_file_bytes)
-            if len(mdata) > cap:
-                raise InvalidState(
-                    f"the marker of session {sid!r} would be {len(mdata)} bytes, over the {cap} "
-                    f"discovery reads (source {len(m.source)}, route_key {len(m.route_key)}, "
-                    f"turn id {len(m.turn_id)} characters)", session_id=sid, reason="too_large")
-        mpath = self.layout.marker(sid)
-        if m is not None:
-            try:
-                mst = _fsio.write_atomic(mpath, mdata, durable=self._durable)
-            except DurabilityUnknown as e:  # the marker is in place; the session is not written
-                with self._mu:
-                    self._marks[sid] = (_key(e.stat), m)
-                raise StorageError(f"session {sid!r} was not committed: {e.message}",
-                                   path=mpath, session_id=sid, reason=e.reason,
-                                   errno=e.errno) from e
-            with self._mu:
-                self._marks[sid] = (_key(mst), m)
-        try:
-            st = _fsio.write_atomic(self.layout.session(sid), data, durable=self._durable)
-        except DurabilityUnknown as e:  # renamed: committed, say so (the caller never retries)
-            with self._mu:
-                self._seen[sid] = _Seen(e.stat, s)
-            e.session, e.session_id = s, sid
-            e.message = (f"session {sid!r} was committed at version {s.version} (err.session), "
-                         f"but {e.message}")
-            raise
-        with self._mu:
-            self._seen[sid] = _Seen(st, s)
-        # committed (the session's rename and its directory fsync are done): from here nothing
-        # raises as if it had not. A marker the disk refuses to remove is an orphan, the harmless
-        # reverse gap recovery and doctor repair.
-        if not s.in_progress and _fsio.lstat(mpath) is not None:
-            with contextlib.suppress(OSError):
-                _fsio.unlink(mpath, durable=self._durable)
-            with self._mu:
-                self._marks.pop(sid, None)
-        return s
-
-    def _marker_due(self, sid: str, s: Session, owner: str | None
-                    ) -> tuple[Marker | None, Session]:
-        """For in-progress ``s``: (the marker to write, or None if the one on disk says the same —
-        same turn, node, route, source and attempts, checkpoint within ``marker_refresh``; ``s``
-        with its turn's owner node and route filled in).
-
-        The owner is ``owner`` if given (a claim, an adoption), else the one the session names,
-        else the one the marker of the same turn names (a session of format 2), else this node.
-        The turn's route is the one it started under (the session's if not yet set)."""
-        turn = s.turn
-        assert turn is not None
-        st = _fsio.lstat(self.layout.marker(sid))
-        cur: Marker | None = None
-        if st is not None:
-            with self._mu:
-                cached = self._marks.get(sid)
-            if cached is not None and cached[0] == _key(st):
-                cur = cached[1]
-            else:
-                try:
-                    cur = self._marker_raw(sid)
-                except UnreadableState as e:
-                    if e.reason == "unknown_version":
-                        raise  # a newer fsdurable's marker: never written over
-                    cur = None  # ours, and corrupt: the rewrite below replaces it
-        same_turn = cur is not None and cur.turn_id == turn.id
-        node = (owner or turn.node_id or (cur.node_id if cur is not None and same_turn else None)
-                or self.node_id)
-        route = turn.route_key or s.route_key
-        if node != turn.node_id or route != turn.route_key:
-            s = _evolve(s, turn=_evolve(turn, node_id=node, route_key=route))
-            turn = s.turn
-            assert turn is not None
-        if (cur is not None and same_turn and cur.node_id == node
-                and cur.route_key == route and cur.source == s.source
-                and cur.resume_attempts == turn.resume_attempts
-                # a marker time ahead of the turn's (the clock stepped back since) is rewritten:
-                # else the gate would judge the turn by a time from the future
-                and 0 <= turn.checkpoint_at - cur.checkpoint_at < self.config.marker_refresh):
-            return None, s
-        return Marker.of(s, node), s
+        """THE commit (``_commit.commit_locked``), under the session's commit lock."""
+        return _commit.commit_locked(self, new, base, at_least=at_least, owner=owner,
+                                     base_commit_id=base_commit_id)
 
     def commit(self, new: Session, base_version: int, *, at_least: int = 0,
                owner: str | None = None, base_commit_id: str | None = None) -> Session:
@@ -607,7 +408,7 @@ class Store:
             # never an in-progress session without its marker
             _fsio.unlink(self.layout.session(sid), durable=self._durable)
             _fsio.unlink(self.layout.marker(sid), durable=self._durable)
-            self._forget(sid)
+            self._cache.forget(sid)
         self.emit(ev.SESSION_DELETED, session_id=sid, version=disk)
 
     # ------------------------------------------------------------------ turn API
@@ -632,7 +433,7 @@ class Store:
                     session_id=s.id, reason="in_progress")
             now = self.clock()
             msgs = s.messages + ((Message(role, content),) if content is not None else ())
-            return _evolve(s, in_progress=True, messages=msgs,
+            return evolve(s, in_progress=True, messages=msgs,
                            turn=Turn(id=tid, started_at=now, checkpoint_at=now,
                                      route_key=s.route_key if route_key is None else route_key))
 
@@ -646,8 +447,8 @@ class Store:
         if turn is None:
             raise TurnStateError(f"session {session.id!r} has no turn in progress",
                                  session_id=session.id, reason="not_in_progress")
-        t = _evolve(turn, checkpoint_at=self.clock(), phase=phase or turn.phase)
-        return self.commit(_evolve(session, turn=t), session.version)
+        t = evolve(turn, checkpoint_at=self.clock(), phase=phase or turn.phase)
+        return self.commit(evolve(session, turn=t), session.version)
 
     def end_turn(self, session: Session, reply: str | None = None) -> Session:
         """Finish the turn: commit not in progress (marker removed after the session)."""
@@ -658,7 +459,7 @@ class Store:
             raise TurnStateError(f"session {session.id!r} has no turn in progress",
                                  session_id=session.id, reason="not_in_progress")
         msgs = session.messages + ((Message("assistant", reply),) if reply is not None else ())
-        s = self.commit(_evolve(session, in_progress=False, turn=None, messages=msgs),
+        s = self.commit(evolve(session, in_progress=False, turn=None, messages=msgs),
                         session.version)
         self.emit(ev.TURN_COMPLETED, session_id=s.id, turn_id=turn.id)
         return s
@@ -683,7 +484,7 @@ class Store:
                                    previous=meta.get(REVIEW))
                 doubt[:] = rr["calls"][-len(intents):]
                 meta = {**meta, REVIEW: rr}
-            return _evolve(s, in_progress=False, turn=None, metadata=meta)
+            return evolve(s, in_progress=False, turn=None, metadata=meta)
 
         s = self.patch(session_id, stop)
         if cancelled:
@@ -703,7 +504,7 @@ class Store:
         with self._commit_lock(sid):
             s = self._load_or_none(sid)
             if s is not None and s.in_progress and s.turn is not None and s.turn.id == turn_id:
-                s = self._commit_locked(_evolve(s, in_progress=False, turn=None), s.version)
+                s = self._commit_locked(evolve(s, in_progress=False, turn=None), s.version)
             else:
                 s = None
         self.emit(ev.ABANDONED, session_id=sid, turn_id=turn_id, reason=reason, **detail)

@@ -13,7 +13,7 @@ from .cli import Result, command, non_negative, open_store, table
 def _init(args: argparse.Namespace) -> Result:
     import os
 
-    from ._store import default_root
+    from ._layout import default_root
 
     root = args.root if args.root is not None else default_root()
     existed = os.path.exists(os.path.join(os.path.realpath(root), "fsdurable.json"))

@@ -85,7 +85,8 @@ def command(name: str, help: str | None = None, args: ArgsFn | None = None
 def open_store(args: argparse.Namespace, *, create: bool = False) -> Any:
     """The store at ``--root``; only ``init`` creates one (every other command reads, and a
     typo must not make a store in a home directory)."""
-    from ._store import Store, default_root
+    from ._layout import default_root
+    from ._store import Store
 
     root = args.root if args.root is not None else default_root()
     real = os.path.realpath(root)

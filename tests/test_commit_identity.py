@@ -18,7 +18,7 @@ import pytest
 
 import fsdurable
 from fsdurable import ConflictError
-from fsdurable._store import _key
+from fsdurable._filecache import key as _key
 
 
 def _sync_file(src: Path, dst: Path) -> None:
@@ -80,7 +80,7 @@ def test_a_replace_the_stat_cannot_see_is_caught_by_the_prefix_recheck(tmp_path:
     assert len(data) == fa.stat().st_size  # same size: "a" and "b"
     with open(fa, "r+b") as f:  # in place: same inode, same size
         f.write(data)
-    seen = a._seen["chat"]
+    seen = a._cache._seen["chat"]
     seen.key = _key(os.lstat(fa))  # as if the stat had not changed (a coarse clock)
     seen.racy = True
     with pytest.raises(ConflictError) as info:

@@ -27,11 +27,12 @@ import attrs
 
 from fsdurable import _fsio, _repair
 from fsdurable._codec import encode_marker, encode_session, parse_marker, parse_session
+from fsdurable._commit import marker_due
 from fsdurable._config import Config
 from fsdurable._errors import ConflictError, SessionNotFound, StorageError, UnreadableState
 from fsdurable._layout import NameKind, classify
 from fsdurable._model import LedgerEntry, Marker, Session
-from fsdurable._store import Store, _key, _Seen
+from fsdurable._store import Store
 
 from .fsmodel import CrashState, FsModel, Snapshot, snapshot
 
@@ -107,22 +108,19 @@ def _write_marker(store: Store, s: Session, m: Marker | None) -> None:
         from fsdurable._codec import encode_marker
 
         mst = _fsio.write_atomic(store.layout.marker(s.id), encode_marker(m))
-        with store._mu:
-            store._marks[s.id] = (_key(mst), m)
+        store._cache.saw_marker(s.id, mst, m)
 
 
 def _write_session(store: Store, s: Session, m: Marker | None) -> None:
     st = _fsio.write_atomic(store.layout.session(s.id), encode_session(s))
-    with store._mu:
-        store._seen[s.id] = _Seen(st, s)
+    store._cache.saw_session(s.id, st, s)
 
 
 def _unmark(store: Store, s: Session, m: Marker | None) -> None:
     mpath = store.layout.marker(s.id)
     if not s.in_progress and _fsio.lstat(mpath) is not None:
         _fsio.unlink(mpath)
-        with store._mu:
-            store._marks.pop(s.id, None)
+        store._cache.forget_marker(s.id)
 
 
 def _commit_in_order(order: tuple[str, ...], *, by_number_only: bool = False) -> CommitImpl:
@@ -140,7 +138,7 @@ def _commit_in_order(order: tuple[str, ...], *, by_number_only: bool = False) ->
                          commit_id=os.urandom(8).hex())
         m: Marker | None = None
         if s.turn is not None:
-            m, s = store._marker_due(s.id, s, owner)
+            m, s = marker_due(store, s.id, s, owner)
         for name in order:
             steps[name](store, s, m)
         return s
@@ -169,7 +167,7 @@ def _delete_marker_first(self: Store, session_id: str, *, base_version: int | No
             raise SessionNotFound(f"no session {session_id!r}", session_id=session_id)
         _fsio.unlink(self.layout.marker(session_id))
         _fsio.unlink(self.layout.session(session_id))
-        self._forget(session_id)
+        self._cache.forget(session_id)
 
 
 @contextmanager
