@@ -11,6 +11,7 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -164,8 +165,9 @@ def environment(data_dir: str) -> dict[str, Any]:
 
 
 def write_result(out_dir: str, name: str, env: dict[str, Any], body: dict[str, Any],
-                 *, quick: bool) -> str:
-    """Write ``<out_dir>/<name>.json`` (atomic replace) and return its path."""
+                 *, quick: bool, cleanup: str | None = None) -> str:
+    """Write ``<out_dir>/<name>.json`` (atomic replace), say so, remove the scratch directory
+    ``cleanup`` if given, and return the path."""
     os.makedirs(out_dir, exist_ok=True)
     doc = {"schema": SCHEMA, "bench": name, "quick": quick, "environment": env, **body}
     path = os.path.join(out_dir, name + ".json")
@@ -174,6 +176,9 @@ def write_result(out_dir: str, name: str, env: dict[str, Any], body: dict[str, A
         json.dump(doc, f, indent=1, sort_keys=False)
         f.write("\n")
     os.replace(tmp, path)
+    log(f"wrote {path}")
+    if cleanup is not None:
+        shutil.rmtree(cleanup, ignore_errors=True)
     return path
 
 

@@ -73,8 +73,7 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
             "interpreter)")
     body = {"params": p, "results": res, "over_interpreter_ms": over, "ratios": ratios,
             "commands": {k: c for k, (c, _) in CONTENDERS.items()}, "missing": missing}
-    path = write_result(out_dir, "adapters", env, body, quick=quick)
-    log(f"wrote {path}")
+    write_result(out_dir, "adapters", env, body, quick=quick)
     return body
 
 

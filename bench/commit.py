@@ -92,7 +92,10 @@ class Floor:
 
     def __call__(self) -> None:
         self.i += 1
-        data = self.ring[self.i % len(self.ring)]
+        self.write(self.ring[self.i % len(self.ring)])
+
+    def write(self, data: bytes) -> None:
+        """The floor's steps: temp, fsync, rename, directory fsync."""
         fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             os.write(fd, data)
@@ -118,19 +121,8 @@ class FloorEncoded(Floor):
         import orjson
 
         self.i += 1
-        data = orjson.dumps(self.docs[self.i % len(self.docs)], option=orjson.OPT_APPEND_NEWLINE)
-        fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(self.tmp, self.path)
-        dfd = os.open(self.dir, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        self.write(orjson.dumps(self.docs[self.i % len(self.docs)],
+                                option=orjson.OPT_APPEND_NEWLINE))
 
 
 def document_ring(s: Any, k: int = 16) -> list[dict[str, Any]]:
@@ -231,9 +223,7 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
                 "value": v, "target": f"<= {limit}", "met": v <= limit,
                 "vs_floor_without_encoding": r["ratios"]["fsdurable_vs_floor"]}
     body = {"params": {"sizes": p["sizes"]}, "rows": rows, "targets": targets}
-    path = write_result(out_dir, "commit", env, body, quick=quick)
-    log(f"wrote {path}")
-    shutil.rmtree(work, ignore_errors=True)
+    write_result(out_dir, "commit", env, body, quick=quick, cleanup=work)
     return body
 
 

@@ -240,8 +240,7 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
     targets["vs_floor_at_largest_n"]["met"] = targets["vs_floor_at_largest_n"]["value"] <= 1.5
     body = {"params": {k: v for k, v in p.items()}, "langgraph": langgraph_available(),
             "rows": rows, "growth": growth, "breakdown": parts, "targets": targets}
-    path = write_result(out_dir, "discovery", env, body, quick=quick)
-    log(f"wrote {path}")
+    write_result(out_dir, "discovery", env, body, quick=quick)
     return body
 
 

@@ -55,9 +55,7 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
     targets = {"session_query_large_vs_small": {"value": v, "target": "<= 1.1", "met": v <= 1.1}}
     body = {"per_session": PER_SESSION, "others": {"small": 10, "large": others},
             "results": {**res, **whole}, "targets": targets}
-    path = write_result(out_dir, "events", env, body, quick=quick)
-    log(f"wrote {path}")
-    shutil.rmtree(work, ignore_errors=True)
+    write_result(out_dir, "events", env, body, quick=quick, cleanup=work)
     return body
 
 

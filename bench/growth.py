@@ -215,9 +215,7 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
         "largest_vs_floor": last["ratios"]["fsdurable_vs_floor"],
         "largest_cold_vs_floor": last["ratios"]["fsdurable_cold_vs_floor"],
     }
-    path = write_result(out_dir, "growth", env, body, quick=quick)
-    log(f"wrote {path}")
-    shutil.rmtree(work, ignore_errors=True)
+    write_result(out_dir, "growth", env, body, quick=quick, cleanup=work)
     return body
 
 

@@ -306,9 +306,7 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
                                              "met": disc_r >= 100},
     }
     body = {"params": p, "put_get": pg, "chat": ch, "discovery": disc, "targets": targets}
-    path = write_result(out_dir, "langgraph", env, body, quick=quick)
-    log(f"wrote {path}")
-    shutil.rmtree(work, ignore_errors=True)
+    write_result(out_dir, "langgraph", env, body, quick=quick, cleanup=work)
     return body
 
 

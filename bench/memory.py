@@ -112,8 +112,7 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
                "traced_peak_largest_vs_smallest_n": {"value": traced_ratio, "target": "<= 1.1",
                                                      "met": traced_ratio <= 1.1}}
     body = {"rows": rows, "targets": targets}
-    path = write_result(out_dir, "memory", env, body, quick=quick)
-    log(f"wrote {path}")
+    write_result(out_dir, "memory", env, body, quick=quick)
     return body
 
 

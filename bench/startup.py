@@ -292,8 +292,7 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
     }
     body = {"n": ds.n, "m": 10, "interpreter": interpreter, "imports": imports,
             "cold_start": cold, "growth": growth, "targets": targets}
-    path = write_result(out_dir, "startup", env, body, quick=quick)
-    log(f"wrote {path}")
+    write_result(out_dir, "startup", env, body, quick=quick)
     return body
 
 

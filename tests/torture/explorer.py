@@ -34,7 +34,7 @@ from fsdurable._layout import NameKind, classify
 from fsdurable._model import LedgerEntry, Marker, Session
 from fsdurable._store import Store
 
-from .fsmodel import CrashState, FsModel, Snapshot, snapshot
+from .fsmodel import CrashState, FsModel, Snapshot, distinct_crash_states, snapshot
 
 SHM = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
@@ -503,28 +503,22 @@ def explore(rec: Recording, *, exhaustive: bool = False, stop_at_first: bool = F
     if stop_at_first and report.violations:
         return report
     model = FsModel(rec.root, rec.snap)
-    seen: set[tuple[str, int]] = set()
     with tempfile.TemporaryDirectory(dir=SHM, prefix="fsd-crash-") as tmp:
         where_root = os.path.join(tmp, "state")
-        for k in range(len(rec.ops) + 1):
-            report.crash_points += 1
-            n_acked = sum(1 for a in rec.acks if a.at <= k)
-            for state in model.crash_states(exhaustive=exhaustive):
-                key = (state.key(), n_acked)
-                if key in seen:
-                    continue
-                seen.add(key)
-                report.states += 1
-                # one state in four starts up past the staleness window: the abandon path
-                v = check_state(rec, state, k, where_root, startup,
-                                late=report.states % 4 == 0)
-                if v:
-                    report.violations.extend(v[:3])
-                    if stop_at_first or len(report.violations) >= max_violations:
-                        report.seconds = time.monotonic() - t
-                        return report
-            if k < len(rec.ops):
-                model.record(*rec.ops[k])
+        states = distinct_crash_states(model, rec.ops,
+                                       lambda k: sum(1 for a in rec.acks if a.at <= k),
+                                       exhaustive=exhaustive)
+        for k, _, state in states:
+            report.states += 1
+            # one state in four starts up past the staleness window: the abandon path
+            v = check_state(rec, state, k, where_root, startup, late=report.states % 4 == 0)
+            if v:
+                report.violations.extend(v[:3])
+                if stop_at_first or len(report.violations) >= max_violations:
+                    report.crash_points = k + 1
+                    report.seconds = time.monotonic() - t
+                    return report
+    report.crash_points = len(rec.ops) + 1
     report.seconds = time.monotonic() - t
     return report
 

@@ -20,7 +20,7 @@ import hashlib
 import itertools
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import attrs
@@ -275,3 +275,22 @@ class FsModel:
                 files = {p: chosen.get(ino, self.inodes[ino].durable) for p, ino in ns.items()}
                 label = name + "".join(f" ino{i}:{v[0]}" for i, v in combo)
                 yield CrashState(files=files, dirs=frozenset(dirs), note=label)
+
+
+def distinct_crash_states(model: FsModel, ops: list[Any], acked: Callable[[int], int], *,
+                          exhaustive: bool = False
+                          ) -> Iterator[tuple[int, int, CrashState]]:
+    """Replay ``ops`` on ``model`` and yield ``(k, acknowledged, state)`` for every crash state
+    after the first ``k`` ops (k = 0 .. len(ops)), each distinct state once per number of
+    acknowledged operations (``acked(k)``): the same files with more acknowledged commits must
+    satisfy more, so they are checked again."""
+    seen: set[tuple[str, int]] = set()
+    for k in range(len(ops) + 1):
+        n = acked(k)
+        for state in model.crash_states(exhaustive=exhaustive):
+            key = (state.key(), n)
+            if key not in seen:
+                seen.add(key)
+                yield k, n, state
+        if k < len(ops):
+            model.record(*ops[k])

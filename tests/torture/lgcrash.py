@@ -31,7 +31,7 @@ from fsdurable._config import Config
 from fsdurable._store import Store
 
 from .explorer import SHM, Clock, _marker_biconditional, _parse_all
-from .fsmodel import FsModel, Snapshot, snapshot
+from .fsmodel import FsModel, Snapshot, distinct_crash_states, snapshot
 
 View = dict[str, Any]  # {"latest": {ns: id}, "writes": {ns: n}, "ids": sorted [(ns, id)]}
 
@@ -206,27 +206,22 @@ def explore(rec: LgRecording, *, exhaustive: bool = False, max_violations: int =
     t = time.monotonic()
     report = LgReport(ops=len(rec.ops), calls=len(rec.calls))
     model = FsModel(rec.root, rec.snap)
-    seen: set[tuple[str, int]] = set()
     with tempfile.TemporaryDirectory(dir=SHM, prefix="fsd-lgcrash-") as tmp:
         where_root = os.path.join(tmp, "state")
-        for k in range(len(rec.ops) + 1):
-            report.crash_points += 1
-            acked = sum(1 for c in rec.calls if c.end <= k)
-            for state in model.crash_states(exhaustive=exhaustive):
-                key = (state.key(), acked)
-                if key in seen:
-                    continue
-                seen.add(key)
-                report.states += 1
-                state.materialise(where_root)
-                v = check_state(rec, k, where_root, state.note)
-                if v:
-                    report.violations.extend(v[:3])
-                    if len(report.violations) >= max_violations:
-                        report.seconds = time.monotonic() - t
-                        return report
-            if k < len(rec.ops):
-                model.record(*rec.ops[k])
+        states = distinct_crash_states(model, rec.ops,
+                                       lambda k: sum(1 for c in rec.calls if c.end <= k),
+                                       exhaustive=exhaustive)
+        for k, _, state in states:
+            report.states += 1
+            state.materialise(where_root)
+            v = check_state(rec, k, where_root, state.note)
+            if v:
+                report.violations.extend(v[:3])
+                if len(report.violations) >= max_violations:
+                    report.crash_points = k + 1
+                    report.seconds = time.monotonic() - t
+                    return report
+    report.crash_points = len(rec.ops) + 1
     report.seconds = time.monotonic() - t
     return report
 
