@@ -182,6 +182,25 @@ def write_result(out_dir: str, name: str, env: dict[str, Any], body: dict[str, A
     return path
 
 
+def run_child(cmd: list[str], *, env: dict[str, str] | None = None, cwd: str | None = None,
+              kill_after: float = 300.0) -> int:
+    """Run ``cmd`` (output discarded) and return its exit status, for timing a process: it waits
+    with one blocking ``waitpid``. ``subprocess.run(..., timeout=...)`` polls with a doubling
+    sleep (0.5, 1, 2, ... 32 ms, then 50 ms steps), which rounds every process's end up to the
+    next poll: a 20 ms and a 30 ms start both measured as ~32 ms. A watchdog kills a child
+    still running after ``kill_after`` seconds."""
+    import threading
+
+    p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    watchdog = threading.Timer(kill_after, p.kill)
+    watchdog.start()
+    try:
+        return p.wait()
+    finally:
+        watchdog.cancel()
+
+
 def fmt_time(seconds: float) -> str:
     if seconds >= 1:
         return f"{seconds:.2f} s"

@@ -21,11 +21,19 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
 import sys
 from typing import Any
 
-from ._harness import REPO, cache_dir, environment, log, measure, script_main, write_result
+from ._harness import (
+    REPO,
+    cache_dir,
+    environment,
+    log,
+    measure,
+    run_child,
+    script_main,
+    write_result,
+)
 
 CONTENDERS = {
     "interpreter": ("pass", None),
@@ -58,8 +66,8 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
             continue
 
         def call(code: str = code) -> None:
-            subprocess.run([sys.executable, "-c", code], env=child, check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+            if run_child([sys.executable, "-c", code], env=child, kill_after=120):
+                raise RuntimeError(f"the import failed: {code}")
 
         calls[name] = call
     res = measure(calls, min_reps=p["min_reps"], max_reps=p["max_reps"], budget=p["budget"],

@@ -34,7 +34,7 @@ import sys
 import time
 from typing import Any
 
-from ._harness import REPO, environment, log, ratio, script_main, stats, write_result
+from ._harness import REPO, environment, log, ratio, run_child, script_main, stats, write_result
 
 HEAVY = ("watchfiles", "portalocker", "cattrs", "orjson", "platformdirs", "atomicwrites", "attrs",
          "asyncio", "ssl", "secrets", "pathlib", "typing")
@@ -174,8 +174,7 @@ def cold_start(python: str, root: str, sqlite_db: str, env: dict[str, str], reps
     for _ in range(reps):
         for name, cmd in cmds.items():
             t0 = time.perf_counter()
-            subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           timeout=300, cwd=cwd)
+            run_child(cmd, env=env, cwd=cwd)
             samples[name].append(time.perf_counter() - t0)
     res = {k: stats(v) for k, v in samples.items()}
     floor = samples["floor"]
