@@ -76,12 +76,42 @@ class NeedsCodec(Exception):
     field out of shape, a file that must not be read): the full session codec must decide."""
 
 
+_INT63 = 1 << 63  # the session codec's range for versions and attempts
+_NUM, _STR, _OPT_STR = (int, float), (str,), (str, type(None))
+# the shape of a session in SESSION_FORMAT as the session codec checks it, one level deep:
+# (key, accepted types, required); values are never bools where numbers are asked for
+_SESSION_SHAPE = (("id", _STR, True), ("version", (int,), True), ("commit_id", _STR, False),
+                  ("created_at", _NUM, False), ("updated_at", _NUM, False),
+                  ("source", _STR, False), ("route_key", _STR, False),
+                  ("in_progress", (bool,), False), ("turn", (dict, type(None)), False),
+                  ("messages", (list,), False), ("summary", _OPT_STR, False),
+                  ("metadata", (dict,), False))
+_TURN_SHAPE = (("id", _STR, True), ("started_at", _NUM, False), ("checkpoint_at", _NUM, True),
+               ("phase", _STR, False), ("resume_attempts", (int,), False),
+               ("ledger", (list,), False), ("node_id", _OPT_STR, False),
+               ("route_key", _STR, False))
+
+
+def _shaped(d: dict[str, object], shape: tuple[tuple[str, tuple[type, ...], bool], ...]
+            ) -> bool:
+    for name, types, required in shape:
+        if name not in d:
+            if required:
+                return False
+            continue
+        v = d[name]
+        if (isinstance(v, bool) and bool not in types) or not isinstance(v, types):
+            return False
+    return True
+
+
 def peek_turn(layout: Layout, sid: str, max_bytes: int) -> tuple[str, float, int] | None:
     """The turn in progress of session ``sid`` as recovery gates it — (turn id, checkpoint time,
     resume attempts) — or None if the session has none or does not exist. Stdlib only, for
     ``recover --dry-run``: a session in the current format read as the store reads it (bounded,
-    never through a link, strict JSON). Raises NeedsCodec for anything else; a file this accepts
-    may still fail the full parse deeper down (its transcript), which only a real run shows."""
+    never through a link, strict JSON), its fields and its turn's checked for type and range as
+    the session codec checks them. Raises NeedsCodec for anything else. Not checked here: the
+    fields inside each message and ledger entry, which only the full parse (a real run) reads."""
     path = layout.session(sid)
     try:
         data, _ = _fsio.read_bounded(path, max_bytes)
@@ -90,16 +120,19 @@ def peek_turn(layout: Layout, sid: str, max_bytes: int) -> tuple[str, float, int
         return None
     except (UnreadableState, StorageError) as e:
         raise NeedsCodec(str(e)) from e
-    turn, in_progress = d.get("turn"), d.get("in_progress")
-    if d.get("format") != SESSION_FORMAT or d.get("id") != sid or \
-            not isinstance(in_progress, bool) or in_progress != isinstance(turn, dict):
+    turn = d.get("turn")
+    if d.get("format") != SESSION_FORMAT or d.get("id") != sid or not _shaped(d, _SESSION_SHAPE) \
+            or bool(d.get("in_progress", False)) != isinstance(turn, dict) \
+            or not 1 <= d["version"] < _INT63 \
+            or not all(isinstance(x, dict) for x in d.get("messages", ())):
         raise NeedsCodec(f"{path}: not a session in {SESSION_FORMAT} as this node reads it")
-    if turn is None:
+    if not isinstance(turn, dict):
         return None
-    tid, at, attempts = turn.get("id"), turn.get("checkpoint_at"), turn.get("resume_attempts", 0)
-    if not isinstance(tid, str) or type(at) not in (int, float) or type(attempts) is not int:
-        raise NeedsCodec(f"{path}: a turn field out of shape")
-    return tid, float(at), attempts
+    attempts = turn.get("resume_attempts", 0)
+    if not _shaped(turn, _TURN_SHAPE) or not 0 <= attempts < _INT63 \
+            or not all(isinstance(x, dict) for x in turn.get("ledger", ())):
+        raise NeedsCodec(f"{path}: its turn is not in the shape this node reads")
+    return turn["id"], float(turn["checkpoint_at"]), attempts
 
 
 __all__ = ["MARKER_MAX_BYTES", "Listing", "NeedsCodec", "marker_cap", "peek_turn", "read_marker",

@@ -102,7 +102,7 @@ def verdict(m: Marker, *, node_id: str, now: float, policy: RecoveryPolicy,
 
 
 def plan(m: Marker, turn: tuple[str, float, int] | None, *, node_id: str, now: float,
-         policy: RecoveryPolicy, resume: bool) -> tuple[str, str, str, Marker]:
+         policy: RecoveryPolicy, resume: bool) -> tuple[str, str, str | None, Marker]:
     """What recovery does with a marker that passed the ``disabled`` and ``foreign`` gates, once
     its session has been read: ``turn`` is the id, checkpoint time and resume attempts of the
     session's turn in progress (None: no session, or none in progress). Returns (verdict, the
@@ -120,7 +120,7 @@ def plan(m: Marker, turn: tuple[str, float, int] | None, *, node_id: str, now: f
         return v, "would_abandon", v, exact
     if not resume:
         return v, "would_leave", "no_loop", exact
-    return v, "would_resume", "", exact
+    return v, "would_resume", None, exact
 
 
 __all__ = ["ADAPTER_SOURCES", "VERDICTS", "Judged", "RecoveryPolicy", "from_future", "judged",

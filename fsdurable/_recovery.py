@@ -127,8 +127,15 @@ def _plan(store: Store, m: Marker, pol: RecoveryPolicy, loop: Host | None,
         s = store.load(m.session_id)
     except SessionNotFound:
         s = None
-    except UnreadableState as e:
+    except UnreadableState as e:  # as the real run: the repair gate's plan for the session
+        act = _repair.repair_session(store, m.session_id, dry_run=True)
+        if act.action in (_repair.NEEDS_NEWER, _repair.WAITING, _repair.FAILED):
+            return attrs.evolve(base, outcome=act.action, reason=act.reason or "unreadable",
+                                error=act.detail)
         return attrs.evolve(base, outcome="would_abandon", reason="unreadable", error=e.reason)
+    except (FsDurableError, OSError) as e:  # the disk refused the read: the real run's "error"
+        return attrs.evolve(base, outcome="error", reason="error",
+                            error=f"{type(e).__name__}: {e}")
     turn = None if s is None or s.turn is None or not s.in_progress else \
         (s.turn.id, s.turn.checkpoint_at, s.turn.resume_attempts)
     v, outcome, reason, exact = plan(m, turn, node_id=store.node_id, now=now, policy=pol,

@@ -99,6 +99,7 @@ def _dry_run(st: Any) -> list[dict[str, Any]] | None:
     pol = RecoveryPolicy.from_config(st.config)
     now = st.clock()
     out = []
+    reason: str | None
     for m in markers:
         if m.source in ADAPTER_SOURCES:
             continue  # left to the adapter's own recover(), as a real run leaves them

@@ -26,8 +26,10 @@ Every function takes ``dry_run``: then nothing is done and the returned ``Act`` 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import stat
 import time
 from typing import Any
 
@@ -36,7 +38,7 @@ import attrs
 from . import _events as ev
 from . import _fsio
 from ._codec import encode_manifest, parse_manifest, parse_marker, parse_session
-from ._errors import FsDurableError, StorageError, UnreadableState
+from ._errors import DurabilityUnknown, FsDurableError, StorageError, UnreadableState
 from ._layout import new_id
 from ._model import Marker, Session
 from ._records import Manifest
@@ -397,10 +399,15 @@ def repair_manifest(store: Store, *, dry_run: bool = False) -> Act:
     """An unreadable ``fsdurable.json`` (the store's id and creation time; no user data) is kept
     aside in ``quarantine/`` and a new one is renamed over it: the old bytes are in quarantine
     before the new ones land, and only the very file judged is replaced (under a lock, its stat
-    checked again). A newer store format is never touched (``needs_newer``). One
-    ``file_quarantined`` event (kind ``manifest``)."""
+    checked again). What is not a regular file there (a directory, a FIFO) has no bytes to keep:
+    it is moved into quarantine whole, then the new manifest is written. A newer store format is
+    never touched (``needs_newer``). One ``file_quarantined`` event (kind ``manifest``). Never
+    raises: a disk that refuses is a ``failed`` act with its event."""
     path = store.layout.manifest
-    j = judge(store, path, _MANIFEST_MAX)
+    try:
+        j = judge(store, path, _MANIFEST_MAX)
+    except (OSError, FsDurableError) as e:  # the disk refused the read (EACCES, EIO)
+        return Act(FAILED, path, reason="refused", detail=str(e))
     if j.stat is None:
         return Act(NOTHING, path)
     err = j.error
@@ -415,7 +422,7 @@ def repair_manifest(store: Store, *, dry_run: bool = False) -> Act:
         return Act(NEEDS_NEWER, path, reason=why, detail=err.message)
     if dry_run:
         return _act("quarantined", path, None, True, reason=why)
-    durable = store.config.fsync
+    dest: str | None = None
     try:
         with store._lockdir().hold("repair", "manifest", timeout=store.config.commit_lock_timeout,
                                    poll=0.01):
@@ -423,15 +430,20 @@ def repair_manifest(store: Store, *, dry_run: bool = False) -> Act:
             if now is None or key(now) != key(j.stat):
                 return Act(NOTHING, path, reason="replaced meanwhile")
             dest = _dest(store, path, "manifest", why)
-            _keep_aside(store, path, dest, j.stat)
+            if stat.S_ISREG(j.stat.st_mode):
+                _keep_aside(store, path, dest, j.stat)
+            else:
+                _fsio.rename(path, dest, durable=store.config.fsync)
             m = Manifest(store_id=new_id(), created_at=store.clock())
-            _fsio.write_atomic(path, encode_manifest(m), durable=durable)
+            # DurabilityUnknown: renamed into place, only its directory's fsync is in doubt
+            with contextlib.suppress(DurabilityUnknown):
+                _fsio.write_atomic(path, encode_manifest(m), durable=store.config.fsync)
     except FileNotFoundError:
         return Act(NOTHING, path, reason="replaced meanwhile")
     except (OSError, FsDurableError) as e:
         store.emit(ev.FILE_QUARANTINED, reason=why, kind="manifest", path=path,
-                   quarantine_failed=str(e))
-        return Act(FAILED, path, reason=why, detail=str(e))
+                   quarantine_failed=str(e), kept_at=dest)
+        return Act(FAILED, path, reason=why, detail=str(e), moved_to=dest)
     store.manifest, store.manifest_problem = m, None
     store.emit(ev.FILE_QUARANTINED, reason=why, kind="manifest", cause=why, path=path,
                moved_to=dest, replaced=True)

@@ -193,6 +193,45 @@ def test_recover_replaces_an_unreadable_manifest(root: Path) -> None:
     assert store.manifest_problem is None and Store(root).manifest_problem is None
 
 
+def test_a_directory_at_the_manifest_is_moved_aside_and_replaced(root: Path) -> None:
+    """No bytes to keep: the directory itself goes into quarantine/, then the new manifest
+    (on 75f1263 the keep-aside could neither link nor copy it: every repair failed)."""
+    Store(root)
+    os.unlink(root / "fsdurable.json")
+    os.mkdir(root / "fsdurable.json")
+    (root / "fsdurable.json" / "note").write_text("mine")
+    store = Store(root)
+    assert store.manifest_problem is not None
+    [f] = [f for f in doctor(store, repair=True) if f.code == "manifest_unreadable"]
+    assert f.repaired and Store(root).manifest == store.manifest
+    [kept] = [n for n in os.listdir(store.layout.quarantine) if "-manifest." in n]
+    assert (Path(store.layout.quarantine) / kept / "note").read_text() == "mine"
+
+
+def test_a_manifest_the_disk_refuses_never_makes_recover_raise(
+        root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fsdurable import AgentLoop, ScriptedModel, _fsio
+    from fsdurable._errors import StorageError
+
+    Store(root)
+    (root / "fsdurable.json").write_text("{")
+    store = Store(root)
+    store.create("a")
+    store.begin_turn("a", "go")
+    real_read = _fsio.read_bounded
+
+    def refusing(path: str, max_bytes: int) -> object:
+        if path == store.layout.manifest:
+            raise StorageError("EIO", path=path, reason="io")
+        return real_read(path, max_bytes)
+
+    monkeypatch.setattr(_fsio, "read_bounded", refusing)
+    assert _repair.repair_manifest(store).action == "failed"
+    rep = recover(store, AgentLoop(store, ScriptedModel([]), []), resume=False)
+    assert [o.outcome for o in rep.outcomes] == ["left"]
+    assert store.manifest_problem is not None  # the next start tries again
+
+
 def test_a_newer_store_format_is_refused(root: Path) -> None:
     Store(root)
     with open(root / "fsdurable.json", "w") as f:
