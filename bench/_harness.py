@@ -196,9 +196,15 @@ def run_child(cmd: list[str], *, env: dict[str, str] | None = None, cwd: str | N
     watchdog = threading.Timer(kill_after, p.kill)
     watchdog.start()
     try:
-        return p.wait()
+        code = p.wait()
     finally:
         watchdog.cancel()
+        if p.returncode is None:  # interrupted (Ctrl-C): leave no child behind
+            p.kill()
+            p.wait()
+    if code < 0:
+        raise RuntimeError(f"{cmd[0]} killed by signal {-code} (after {kill_after} s?)")
+    return code
 
 
 def fmt_time(seconds: float) -> str:

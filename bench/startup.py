@@ -162,7 +162,13 @@ def cold_start(python: str, root: str, sqlite_db: str, env: dict[str, str], reps
     for name, cmd in list(cmds.items()):  # warm up, and check they agree where they should
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=cwd)
         outputs[name] = p.stdout
-        if p.returncode not in (0, 1):  # the CLI exits 1 when it found interrupted turns
+        ok = p.returncode in (0, 1)  # the CLI exits 1 when it found interrupted turns...
+        if ok and name.startswith("cli"):
+            try:  # ... and on an error: only a JSON answer is a run worth timing
+                json.loads(p.stdout)
+            except ValueError:
+                ok = False
+        if not ok:
             if not name.startswith(("cli", "peer_")):
                 raise RuntimeError(f"{name} failed ({p.returncode}): {p.stderr[-2000:]}")
             skipped[name] = f"exit {p.returncode}: {p.stderr.strip()[-300:]}"
@@ -174,7 +180,8 @@ def cold_start(python: str, root: str, sqlite_db: str, env: dict[str, str], reps
     for _ in range(reps):
         for name, cmd in cmds.items():
             t0 = time.perf_counter()
-            run_child(cmd, env=env, cwd=cwd)
+            if run_child(cmd, env=env, cwd=cwd) not in (0, 1):
+                raise RuntimeError(f"{name} failed while being timed: {' '.join(cmd)}")
             samples[name].append(time.perf_counter() - t0)
     res = {k: stats(v) for k, v in samples.items()}
     floor = samples["floor"]

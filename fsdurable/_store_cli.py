@@ -19,9 +19,13 @@ def _init(args: argparse.Namespace) -> Result:
     existed = os.path.exists(os.path.join(os.path.realpath(root), "fsdurable.json"))
     st = open_store(args, create=True)
     data = {"root": st.root, "store_id": st.manifest.store_id, "format": st.manifest.format,
-            "created": not existed}
+            "created": not existed, "manifest_problem": st.manifest_problem}
     what = "store" if not existed else "store already exists:"
-    return 0, data, f"{what} {st.manifest.store_id} at {st.root}"
+    text = f"{what} {st.manifest.store_id or '(id unreadable)'} at {st.root}"
+    if st.manifest_problem is not None:
+        text += (f"\nfsdurable.json cannot be read ({st.manifest_problem}): `fsdurable doctor "
+                 "--repair` keeps it in quarantine/ and writes a new one")
+    return 0, data, text
 
 
 @command("sessions")

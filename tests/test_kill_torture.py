@@ -15,10 +15,11 @@ from tests.conftest import PYTHON, REPO, subprocess_env
 from tests.torture import kills
 
 
-def _torture(tmp_path: Path, n: int, seed: int) -> dict[str, object]:
+def _torture(tmp_path: Path, n: int, seed: int, rotate: int = kills.ROTATE
+             ) -> dict[str, object]:
     env = subprocess_env(FSDURABLE_STATE_DIR=str(tmp_path / "state"))
     out = subprocess.run([PYTHON, "-m", "tests.torture.kills", "--kills", str(n), "--seed",
-                          str(seed), "--dir", str(tmp_path)],
+                          str(seed), "--dir", str(tmp_path), "--rotate", str(rotate)],
                          env=env, cwd=REPO, capture_output=True, text=True, timeout=1800)
     res: dict[str, object] = json.loads(out.stdout)
     assert res["violations"] == [], res["violations"]
@@ -27,8 +28,9 @@ def _torture(tmp_path: Path, n: int, seed: int) -> dict[str, object]:
 
 
 def test_200_kills(tmp_path: Path) -> None:
-    res = _torture(tmp_path, 200, seed=7)
+    res = _torture(tmp_path, 200, seed=7, rotate=80)  # three generations of session ids
     assert res["kills"] == 200
+    assert res["sessions"] == 3 * (3 * 3 + len(kills.SHARED))
     stats = res["stats"]
     assert isinstance(stats, dict)
     # the kills landed where it matters: turns were interrupted and recovered, in-doubt calls
@@ -112,6 +114,10 @@ def test_the_cached_live_check_rechecks_what_changed(tmp_path: Path) -> None:
     st.create("b")
     st.begin_turn("a", "x")
     seen: dict[str, object] = {}
+    assert kills.check_live(st, seen) == []
+    assert seen == {}  # files younger than a timestamp granule are never taken as unchanged
+    for f in (st.layout.session("a"), st.layout.session("b"), st.layout.marker("a")):
+        os.utime(f, (1e9, 1e9))
     assert kills.check_live(st, seen) == []
     assert set(seen) == {"a", "b"}
     assert kills.check_live(st, seen) == []  # unchanged: nothing parsed, nothing found
