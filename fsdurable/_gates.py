@@ -27,6 +27,8 @@ from ._records import Marker, Record, defaults
 ADAPTER_SOURCES = frozenset({"langgraph", "openai-agents", "pydantic-ai", "claude"})
 
 VERDICTS = ("resume", "stale", "exhausted", "foreign", "disabled")
+# the verdicts recovery never claims a turn for, and the outcome each one reports
+NOT_CLAIMED = {"disabled": "kept", "foreign": "listed"}
 
 
 @defaults
@@ -101,14 +103,14 @@ def verdict(m: Marker, *, node_id: str, now: float, policy: RecoveryPolicy,
     return "resume"
 
 
-def plan(m: Marker, turn: tuple[str, float, int] | None, *, node_id: str, now: float,
+def plan(m: Marker, v: str, turn: tuple[str, float, int] | None, *, node_id: str, now: float,
          policy: RecoveryPolicy, resume: bool) -> tuple[str, str, str | None, Marker]:
-    """What recovery does with a marker that passed the ``disabled`` and ``foreign`` gates, once
-    its session has been read: ``turn`` is the id, checkpoint time and resume attempts of the
-    session's turn in progress (None: no session, or none in progress). Returns (verdict, the
-    dry run's outcome, its reason, the marker judged with the session's exact figures).
-    ``would_resume`` still waits on the in-doubt calls, which only the full session shows."""
-    v = verdict(m, node_id=node_id, now=now, policy=policy)
+    """What recovery does with a marker of verdict ``v`` that passed the ``disabled`` and
+    ``foreign`` gates, once its session has been read: ``turn`` is the id, checkpoint time and
+    resume attempts of the session's turn in progress (None: no session, or none in progress).
+    Returns (verdict, the dry run's outcome, its reason, the marker judged with the session's
+    exact figures). ``would_resume`` still waits on the in-doubt calls, which only the full
+    session shows."""
     if turn is None:
         return v, "would_repair", "orphan", m
     turn_id, checkpoint_at, attempts = turn
@@ -123,5 +125,5 @@ def plan(m: Marker, turn: tuple[str, float, int] | None, *, node_id: str, now: f
     return v, "would_resume", None, exact
 
 
-__all__ = ["ADAPTER_SOURCES", "VERDICTS", "Judged", "RecoveryPolicy", "from_future", "judged",
-           "plan", "trusted_time", "verdict"]
+__all__ = ["ADAPTER_SOURCES", "NOT_CLAIMED", "VERDICTS", "Judged", "RecoveryPolicy",
+           "from_future", "judged", "plan", "trusted_time", "verdict"]

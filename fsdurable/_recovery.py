@@ -29,7 +29,15 @@ import attrs
 from . import _events as ev
 from . import _repair
 from ._errors import FsDurableError, HostError, LockTimeout, SessionNotFound, UnreadableState
-from ._gates import ADAPTER_SOURCES, VERDICTS, RecoveryPolicy, judged, plan, verdict
+from ._gates import (
+    ADAPTER_SOURCES,
+    NOT_CLAIMED,
+    VERDICTS,
+    RecoveryPolicy,
+    judged,
+    plan,
+    verdict,
+)
 from ._model import Marker, Message, Session, in_doubt, unanswered_calls
 from ._store import Store
 
@@ -121,8 +129,8 @@ def _plan(store: Store, m: Marker, pol: RecoveryPolicy, loop: Host | None,
     v = verdict(m, node_id=store.node_id, now=now, policy=pol)
     base = Outcome(m.session_id, m.turn_id, m.node_id, v, now - m.checkpoint_at,
                    m.resume_attempts, "")
-    if v in ("disabled", "foreign"):
-        return attrs.evolve(base, outcome="kept" if v == "disabled" else "listed", reason=v)
+    if v in NOT_CLAIMED:
+        return attrs.evolve(base, outcome=NOT_CLAIMED[v], reason=v)
     try:
         s = store.load(m.session_id)
     except SessionNotFound:
@@ -138,7 +146,7 @@ def _plan(store: Store, m: Marker, pol: RecoveryPolicy, loop: Host | None,
                             error=f"{type(e).__name__}: {e}")
     turn = None if s is None or s.turn is None or not s.in_progress else \
         (s.turn.id, s.turn.checkpoint_at, s.turn.resume_attempts)
-    v, outcome, reason, exact = plan(m, turn, node_id=store.node_id, now=now, policy=pol,
+    v, outcome, reason, exact = plan(m, v, turn, node_id=store.node_id, now=now, policy=pol,
                                      resume=resume)
     base = attrs.evolve(base, verdict=v, age=now - exact.checkpoint_at,
                         attempts=exact.resume_attempts, outcome=outcome, reason=reason)
@@ -195,11 +203,11 @@ def _listed(store: Store, m: Marker, pol: RecoveryPolicy) -> tuple[Outcome, Outc
     v = verdict(m, node_id=store.node_id, now=now, policy=pol)
     base = Outcome(m.session_id, m.turn_id, m.node_id, v, now - m.checkpoint_at,
                    m.resume_attempts, "")
-    if v not in ("disabled", "foreign"):
+    if v not in NOT_CLAIMED:
         return base, None
     store.emit(SKIPPED, session_id=m.session_id, turn_id=m.turn_id, reason=v,
                marker_node=m.node_id)
-    return base, attrs.evolve(base, outcome="kept" if v == "disabled" else "listed", reason=v)
+    return base, attrs.evolve(base, outcome=NOT_CLAIMED[v], reason=v)
 
 
 def _errored(store: Store, base: Outcome, e: BaseException) -> Outcome:
@@ -443,9 +451,9 @@ def _claim(store: Store, loop: Host, marker: Marker, pol: RecoveryPolicy, adopt:
     v = verdict(exact, node_id=store.node_id, now=now, policy=pol, adopt=adopt)
     age = now - exact.checkpoint_at
     base = attrs.evolve(base, verdict=v, age=age, attempts=exact.resume_attempts)
-    if v in ("disabled", "foreign"):
+    if v in NOT_CLAIMED:
         store.emit(SKIPPED, session_id=sid, turn_id=tid, reason=v, marker_node=fresh.node_id)
-        return attrs.evolve(base, outcome="kept" if v == "disabled" else "listed", reason=v)
+        return attrs.evolve(base, outcome=NOT_CLAIMED[v], reason=v)
     if v == "stale":
         store.abandon_turn(sid, tid, reason="stale", age=round(age, 3),
                            window=pol.stale_after)

@@ -91,7 +91,7 @@ def _dry_run(st: Any) -> list[dict[str, Any]] | None:
     the stdlib (``peek_turn``: a finished turn's marker is an orphan, a newer turn supersedes
     it). None when a marker or a session needs the full codec (the library's dry run decides)."""
     from ._discovery import NeedsCodec, peek_turn
-    from ._gates import ADAPTER_SOURCES, RecoveryPolicy, plan, verdict
+    from ._gates import ADAPTER_SOURCES, NOT_CLAIMED, RecoveryPolicy, plan, verdict
 
     markers, bad = st.scan_markers()
     if bad:
@@ -105,15 +105,15 @@ def _dry_run(st: Any) -> list[dict[str, Any]] | None:
             continue  # left to the adapter's own recover(), as a real run leaves them
         v = verdict(m, node_id=st.node_id, now=now, policy=pol)
         exact, reason = m, v
-        if v in ("disabled", "foreign"):
-            outcome = "kept" if v == "disabled" else "listed"
+        if v in NOT_CLAIMED:
+            outcome = NOT_CLAIMED[v]
         else:
             try:
                 turn = peek_turn(st.layout, m.session_id, st.config.max_file_bytes)
             except NeedsCodec:
                 return None
-            v, outcome, reason, exact = plan(m, turn, node_id=st.node_id, now=now, policy=pol,
-                                             resume=False)
+            v, outcome, reason, exact = plan(m, v, turn, node_id=st.node_id, now=now,
+                                             policy=pol, resume=False)
         out.append({"session_id": m.session_id, "turn_id": m.turn_id, "node_id": m.node_id,
                     "verdict": v, "age_seconds": round(now - exact.checkpoint_at, 3),
                     "resume_attempts": exact.resume_attempts, "outcome": outcome,
