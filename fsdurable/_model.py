@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import attrs
 
-from ._records import Event, Manifest, Marker
+from ._records import DRIVERS, Event, Manifest, Marker, driver_of
 
 Effect = Literal["none", "idempotent", "external"]
 EFFECTS: tuple[str, ...] = ("none", "idempotent", "external")
@@ -74,6 +74,9 @@ class LedgerEntry:
     intent_at: float = _time()
     outcome_at: float | None = attrs.field(default=None, validator=_finite)
     result: str | None = None
+    # the call's arguments, committed with its intent: a call parked for review shows a human
+    # what it was asked to do (a driver whose transcript is not fsdurable's has no other record)
+    arguments: dict[str, Any] | None = None
 
 
 @attrs.frozen
@@ -84,6 +87,11 @@ class Turn:
     the marker, so a rebuilt marker keeps its owner). ``route_key``: the route lock the turn
     started under (set by ``begin_turn``, never changed while the turn lives, whatever the
     session's ``route_key`` says later; "" is filled from the session by the commit function).
+    ``driver``: which driver owns the turn (``loop``, ``langgraph``, ``openai-agents``,
+    ``pydantic-ai``, ``claude``; "" in a turn begun before it was recorded: ``driver_of``) —
+    recovery hands the turn to that driver alone; ``source`` never decides it. ``run_id``: the
+    run's identity, kept across every resume; ``attempt_id``: new for each attempt (the live run,
+    then each resume).
     """
 
     id: str
@@ -94,6 +102,9 @@ class Turn:
     ledger: tuple[LedgerEntry, ...] = ()
     node_id: str | None = None
     route_key: str = ""
+    driver: str = ""
+    run_id: str = ""
+    attempt_id: str = ""
 
     def entry(self, tool_call_id: str) -> LedgerEntry | None:
         for e in self.ledger:
@@ -184,6 +195,12 @@ def review_record(turn_id: str, entries: Iterable[LedgerEntry], *, at: float, re
     return {"turn_id": turn_id, "calls": calls, "at": at, "reason": reason}
 
 
-__all__ = ["EFFECTS", "LEDGER_STATUSES", "REVIEW", "ROLES", "Effect", "Event", "LedgerEntry",
-           "LedgerStatus", "Manifest", "Marker", "Message", "Session", "ToolCall", "Turn",
-           "in_doubt", "review_record", "unanswered_calls", "unique_calls", "with_entry"]
+def turn_driver(s: Session) -> str:
+    """The driver that owns ``s``'s turn (``driver_of`` its recorded driver and source)."""
+    return driver_of(s.turn.driver if s.turn is not None else "", s.source)
+
+
+__all__ = ["DRIVERS", "EFFECTS", "LEDGER_STATUSES", "REVIEW", "ROLES", "Effect", "Event",
+           "LedgerEntry", "LedgerStatus", "Manifest", "Marker", "Message", "Session", "ToolCall",
+           "Turn", "driver_of", "in_doubt", "review_record", "turn_driver", "unanswered_calls",
+           "unique_calls", "with_entry"]
