@@ -188,7 +188,7 @@ def review_record(turn_id: str, entries: Iterable[LedgerEntry], *, at: float, re
     calls still parked from an earlier turn (``previous``) stay in it."""
     calls = [{"tool_call_id": e.tool_call_id, "tool": e.name, "effect": e.effect,
               "idempotency_key": e.idempotency_key, "intent_at": e.intent_at,
-              "turn_id": turn_id, "reason": reason} for e in entries]
+              "turn_id": turn_id, "reason": reason, "arguments": e.arguments} for e in entries]
     if isinstance(previous, dict) and isinstance(previous.get("calls"), list):
         calls = [{"turn_id": previous.get("turn_id"), "reason": previous.get("reason"), **c}
                  for c in previous["calls"] if isinstance(c, dict)] + calls

@@ -50,7 +50,7 @@ def _answers(meta: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def parked(s: Session) -> list[dict[str, Any]]:
-    """Every parked call of one session, each with its arguments (from the transcript), the
+    """Every parked call of one session, each with its arguments (the ledger's), the
     reason it was parked and the human's answer so far (None: not answered)."""
     rr = s.metadata.get(REVIEW)
     extra = ({"turn_id": rr.get("turn_id"), "parked_at": rr.get("at"),
@@ -59,7 +59,9 @@ def parked(s: Session) -> list[dict[str, Any]]:
     out = []
     for c in _calls(s.metadata):
         cid = str(c.get("tool_call_id"))
-        out.append({"session_id": s.id, **extra, **c, "arguments": _arguments(s, cid),
+        args = c.get("arguments")  # the ledger's, else (an older record) the transcript's
+        out.append({"session_id": s.id, **extra, **c,
+                    "arguments": args if isinstance(args, dict) else _arguments(s, cid),
                     "answer": answers.get(cid)})
     return out
 

@@ -114,6 +114,9 @@ class TurnRun:
         self.committed_at = self.clock()
         self.pending: Change | None = None
         self.pending_phase: str | None = None
+        # the checkpoint debounce of this run (None: ``Config.checkpoint_debounce``); a driver
+        # whose API takes a per-run debounce sets it
+        self.debounce: float | None = None
         self.status: str | None = None  # set when the turn ended here
         self._hold = hold
         self._cancelled = threading.Event()
@@ -335,7 +338,9 @@ class TurnRun:
             self.check()
             self.pending = _compose(self.pending, change)
             self.pending_phase = phase
-            if self.clock() - self.committed_at >= self.store.config.checkpoint_debounce:
+            wait = self.store.config.checkpoint_debounce if self.debounce is None \
+                else self.debounce
+            if self.clock() - self.committed_at >= wait:
                 self.commit(phase=phase)
             elif self.pending is None:
                 self.pending = lambda s: s  # the checkpoint time itself is due
