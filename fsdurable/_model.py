@@ -195,6 +195,23 @@ def review_record(turn_id: str, entries: Iterable[LedgerEntry], *, at: float, re
     return {"turn_id": turn_id, "calls": calls, "at": at, "reason": reason}
 
 
+def closed_turn(s: Session, *, at: float, reason: str) -> tuple[Session, list[dict[str, Any]]]:
+    """``s`` with its turn ended without running on (cancelled, abandoned) — and its in-doubt
+    calls (an intent, no outcome: they may have run) put in the review queue, never dropped —
+    and the calls so parked. The one shape of every such end (store.cancel, abandon_turn)."""
+    import attrs as _attrs
+
+    assert s.turn is not None
+    meta = s.metadata
+    intents = [e for e in s.turn.ledger if e.status == "intent"]
+    calls: list[dict[str, Any]] = []
+    if intents:
+        rr = review_record(s.turn.id, intents, at=at, reason=reason, previous=meta.get(REVIEW))
+        calls = rr["calls"][-len(intents):]
+        meta = {**meta, REVIEW: rr}
+    return _attrs.evolve(s, in_progress=False, turn=None, metadata=meta), calls
+
+
 def turn_driver(s: Session) -> str:
     """The driver that owns ``s``'s turn (``driver_of`` its recorded driver and source)."""
     return driver_of(s.turn.driver if s.turn is not None else "", s.source)
@@ -202,5 +219,5 @@ def turn_driver(s: Session) -> str:
 
 __all__ = ["DRIVERS", "EFFECTS", "LEDGER_STATUSES", "REVIEW", "ROLES", "Effect", "Event",
            "LedgerEntry", "LedgerStatus", "Manifest", "Marker", "Message", "Session", "ToolCall",
-           "Turn", "driver_of", "in_doubt", "review_record", "turn_driver", "unanswered_calls",
-           "unique_calls", "with_entry"]
+           "Turn", "closed_turn", "driver_of", "in_doubt", "review_record", "turn_driver",
+           "unanswered_calls", "unique_calls", "with_entry"]

@@ -91,7 +91,7 @@ def _dry_run(st: Any) -> list[dict[str, Any]] | None:
     the stdlib (``peek_turn``: a finished turn's marker is an orphan, a newer turn supersedes
     it). None when a marker or a session needs the full codec (the library's dry run decides)."""
     from .._discovery import NeedsCodec, peek_turn
-    from .._gates import ADAPTER_SOURCES, NOT_CLAIMED, RecoveryPolicy, plan, verdict
+    from .._gates import NOT_CLAIMED, RecoveryPolicy, plan, verdict
 
     markers, bad = st.scan_markers()
     if bad:
@@ -101,7 +101,7 @@ def _dry_run(st: Any) -> list[dict[str, Any]] | None:
     out = []
     reason: str | None
     for m in markers:
-        if m.source in ADAPTER_SOURCES:
+        if m.owner_driver != "loop":
             continue  # left to the adapter's own recover(), as a real run leaves them
         v = verdict(m, node_id=st.node_id, now=now, policy=pol)
         exact, reason = m, v
