@@ -39,12 +39,13 @@ GOOD: dict[str, list[list[str]]] = {
     "ignore-file": [["ignore-file", "stignore"]],
     "node": [["node"]],
     "quarantine": [["quarantine"]],
+    "timeline": [["timeline"], ["timeline", "{sid}"]],
 }
 # commands that need no store (the rest refuse a path without one)
 NO_STORE = {"init", "schema", "demo", "ignore-file"}
 # commands that take a session id
 WITH_ID = {"show": [], "cancel": [], "adopt": [], "resolve": [], "review": [],
-           "events": ["--session"]}
+           "events": ["--session"], "timeline": []}
 
 
 def _json_run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, Any, str]:

@@ -62,6 +62,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ignore-file": ("._sync", "print a shipped ignore file that keeps half-written files "
                                   "out of sync"),
     "node": ("._sync", "print this machine's node id and where its machine-local state is"),
+    "timeline": ("._timeline", "draw the turns over time: checkpoints, crash gaps, recovery "
+                               "decisions (--html FILE: a page)"),
     "quarantine": ("._quarantine", "list what sits in quarantine/ (what, why, when), "
                                        "restore a fixed session, or --purge"),
 }
@@ -137,11 +139,12 @@ def _age(seconds: float) -> str:
     return f"{seconds:.0f}s"
 
 
-def iso(at: float) -> str:
-    """A time for people: ISO 8601, local, with its offset (``2026-12-01T22:03:04+01:00``)."""
+def iso(at: float, tz: Any = None) -> str:
+    """A time for people: ISO 8601 with its offset (``2026-12-01T22:03:04+01:00``), local unless
+    ``tz`` (a ``datetime.tzinfo``) says otherwise."""
     import datetime
 
-    return datetime.datetime.fromtimestamp(at).astimezone().isoformat(timespec="seconds")
+    return datetime.datetime.fromtimestamp(at, tz).astimezone(tz).isoformat(timespec="seconds")
 
 
 def table(rows: list[list[str]], header: list[str]) -> str:
