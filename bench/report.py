@@ -436,7 +436,7 @@ def notes(data: dict[str, Any]) -> str:
                 f"fsdurable's {over['fsdurable']:.1f} ms for the same listing. The difference is "
                 "the CLI's own start: its argument parser (`argparse` imports `shutil` with the "
                 "compression modules, `gettext` and `locale`) and the dispatcher "
-                "(`fsdurable/cli.py`); the listing and the verdicts themselves are the stdlib "
+                "(`fsdurable/cli/`); the listing and the verdicts themselves are the stdlib "
                 "discovery path measured above (tests/test_startup_imports.py checks the CLI "
                 "imports none of the forbidden modules). An argparse-free parse of these "
                 "commands' usual shapes is the remaining step.")

@@ -169,6 +169,8 @@ def encode_session(s: Session) -> bytes:
     import orjson
 
     _check_finite(s.metadata, s.id, "metadata")
+    if s.turn is not None and s.turn.ledger:
+        _check_finite([e.arguments for e in s.turn.ledger], s.id, "the ledger's arguments")
     try:
         d: dict[str, Any] = {"format": SESSION_FORMAT}
         if not s.messages:

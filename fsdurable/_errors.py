@@ -84,6 +84,18 @@ class TurnStateError(FsDurableError, RuntimeError):
     """The operation does not fit the session's turn state (e.g. a turn already in progress)."""
 
 
+class TurnStopped(TurnStateError):
+    """The turn a driver is running was cancelled or superseded (here or in another process):
+    the driver stops at this boundary. ``status``: ``cancelled`` or ``superseded`` (also its
+    ``reason``); ``turn_id``: the turn that stopped."""
+
+    def __init__(self, status: str, session_id: str, turn_id: str) -> None:
+        super().__init__(f"turn {turn_id!r} of session {session_id!r} was {status}",
+                         session_id=session_id, reason=status)
+        self.status = status
+        self.turn_id = turn_id
+
+
 class HostError(FsDurableError, RuntimeError):
     """The host used the loop in a way that cannot work — an async model or tool called from the
     sync ``run`` inside a running event loop, a model that returns no ``Reply``. A programming
@@ -130,5 +142,6 @@ __all__ = [
     "SessionNotFound",
     "StorageError",
     "TurnStateError",
+    "TurnStopped",
     "UnreadableState",
 ]

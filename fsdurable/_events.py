@@ -44,6 +44,7 @@ TURN_STARTED = "turn_started"
 TURN_COMPLETED = "turn_completed"
 TURN_CANCELLED = "turn_cancelled"
 TURN_FAILED = "turn_failed"  # a host's programming error ended the turn (never retried)
+TURN_PAUSED = "turn_paused"  # the run waits for a human (approval, interrupt): not interrupted
 RESUMING = "interrupted_turn_resuming"
 RESUMED = "interrupted_turn_resumed"
 RESUME_FAILED = "interrupted_turn_resume_failed"

@@ -20,11 +20,18 @@ from __future__ import annotations
 from ._config import DEFAULT_CONFIG, Config
 from ._records import Marker, Record, defaults
 
-# Sources of the framework adapters' sessions (fsdurable.langgraph, .openai_agents, .pydantic_ai,
-# .claude): their interrupted runs are resumed by that adapter's own recover(), which selects them.
-# A generic recover() (an AgentLoop host, the CLI) leaves them alone unless its `select` asks for
-# them: an agent loop resuming a LangGraph thread as one of its own turns would corrupt it.
-ADAPTER_SOURCES = frozenset({"langgraph", "openai-agents", "pydantic-ai", "claude"})
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+
+
+def driven_by(driver: str) -> Callable[[Marker], bool]:
+    """The markers whose turn that driver owns (``Marker.owner_driver``, recorded by the turn
+    protocol — never inferred from ``source``): each driver's recover() claims those alone, so
+    an agent loop never resumes a LangGraph thread as one of its own turns, nor the reverse."""
+    return lambda m: m.owner_driver == driver
+
 
 VERDICTS = ("resume", "stale", "exhausted", "foreign", "disabled")
 # the verdicts recovery never claims a turn for, and the outcome each one reports
@@ -125,5 +132,5 @@ def plan(m: Marker, v: str, turn: tuple[str, float, int] | None, *, node_id: str
     return v, "would_resume", None, exact
 
 
-__all__ = ["ADAPTER_SOURCES", "NOT_CLAIMED", "VERDICTS", "Judged", "RecoveryPolicy",
-           "from_future", "judged", "plan", "trusted_time", "verdict"]
+__all__ = ["NOT_CLAIMED", "VERDICTS", "Judged", "RecoveryPolicy", "driven_by", "from_future",
+           "judged", "plan", "trusted_time", "verdict"]

@@ -1,18 +1,15 @@
-"""The reference agent loop: durable turns, debounced checkpoints, a side-effect ledger, cancel.
+"""The reference agent loop: the turn protocol's driver for fsdurable's own model/tool loop.
 
-A turn is committed in progress (marker first) BEFORE the first model call; then model call ->
-tool batch -> ... -> final reply; it ends with a commit that clears in-progress (and the marker).
-Every write goes through the store's one commit function.
+Every rule of a turn — the route lock held for the whole run, in progress with its marker before
+the first model call, debounced checkpoints flushed before an effectful tool, a model call of a
+resumed turn, the end and a cancel, the unattended policy decided at execution time, the ledger
+(intent with arguments before an effectful call, outcome after), cancel, end — is the turn
+protocol's (``_turns.TurnRun``). This module only translates its loop's steps into protocol calls:
+model call -> tool batch -> ... -> final reply, with the transcript as the loop sees it (the
+working copy each commit writes back, keeping whatever a host patched meanwhile).
 
-Checkpoints happen at phase boundaries (model reply received, tool batch finished, compaction
-summary written) and are debounced (``Config.checkpoint_debounce``, measured on the loop's
-monotonic clock). A pending checkpoint is flushed — never skipped — before any
-``idempotent``/``external`` tool (the ledger's intent commit carries it), before every model call
-of a resumed turn, at turn end and on cancel. The ledger commits an effectful tool's intent before
-the call and its outcome after, so a crash in between leaves the call *in doubt* for recovery.
-
-Attendance is decided here, at execution time: ``run(..., attended=)`` is the live caller's word;
-``resume_claimed`` (the recovery path) is unattended, always — nothing read from disk changes it.
+Attendance: ``run(..., attended=)`` is the live caller's word; ``resume_claimed`` (the recovery
+path) is unattended, always — nothing read from disk changes it.
 
 ``run`` and ``arun`` share one step logic (``AgentLoop._steps``, a coroutine); ``_drivers`` says
 where each blocking step runs — in the caller's thread, or off the caller's event loop.
@@ -20,7 +17,6 @@ where each blocking step runs — in the caller's thread, or off the caller's ev
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -28,23 +24,21 @@ from typing import Any
 
 import attrs
 
-from . import _events as ev
-from . import _fsio
 from ._config import Config
 from ._drivers import IO, SYNC, AsyncIO, complete
-from ._errors import ConflictError, HostError, SessionNotFound, TurnStateError
+from ._errors import HostError, TurnStateError, TurnStopped
 from ._model import (
-    LedgerEntry,
     Message,
     Session,
     ToolCall,
     in_doubt,
+    turn_driver,
     unanswered_calls,
     unique_calls,
-    with_entry,
 )
 from ._store import Store
 from ._tools import Model, Reply, Tool, ToolContext
+from ._turns import ToolDecision, ToolRequest, TurnRun, rerun_safe
 
 Approver = Callable[[ToolContext, ToolCall], bool]
 Compactor = Callable[[Sequence[Message]], "tuple[str, Sequence[Message]]"]
@@ -64,29 +58,27 @@ class TurnResult:
     refused: tuple[str, ...] = ()
 
 
-class _Stop(Exception):
-    def __init__(self, status: str) -> None:
-        super().__init__(status)
-        self.status = status
+DRIVER = "loop"
 
 
 class _Run:
-    """One turn being driven: in-memory session (``version`` = last committed), pending flag."""
+    """One turn being driven: the protocol's ``TurnRun`` and the loop's working copy of the
+    session (its transcript and summary, written back by every commit)."""
 
-    def __init__(self, session: Session, *, attended: bool, resumed: bool, now: float) -> None:
-        assert session.turn is not None
+    def __init__(self, turn: TurnRun, session: Session) -> None:
+        self.t = turn
         self.session = session
-        self.turn_id = session.turn.id
-        self.attended = attended
-        self.resumed = resumed
-        self.committed_at = now
-        self.pending = False
-        self.phase = session.turn.phase
-        self.cancelled = threading.Event()
-        self.mu = threading.RLock()
+        self.turn_id = turn.turn_id
+        self.resumed = turn.resumed
         self.refused: list[str] = []
+        self.mu = threading.RLock()
         self.fresh_intent: str | None = None  # the call whose intent _prepare just committed
         self.unstarted: str | None = None  # ... and whose tool an arun cancel kept from starting
+
+    def mine(self, disk: Session) -> Session:
+        """What this run owns, put on the session as it is on disk: the transcript, the summary."""
+        s = self.session
+        return attrs.evolve(disk, messages=s.messages, summary=s.summary)
 
 
 def _text(out: Any) -> str:
@@ -103,6 +95,8 @@ class AgentLoop:
     time on (default ``time.monotonic``: a wall-clock step never stops or floods checkpoints);
     the times written to disk come from the store's clock. Thread-safe for distinct sessions.
     """
+
+    driver = DRIVER
 
     def __init__(self, store: Store, model: Model, tools: Iterable[Tool] = (),
                  config: Config | None = None, *, clock: Callable[[], float] | None = None,
@@ -131,29 +125,34 @@ class AgentLoop:
         return t.effect if t is not None else None
 
     def rerun_safe(self, name: str) -> bool:
-        """May an in-doubt call of this tool be re-run on an unattended resume? Only if a repeat
-        with the same idempotency key is a no-op (``idempotent``) AND the resume would run it:
-        a tool that needs approval or is deny-listed unattended would be refused, and recording
-        "refused" for a call that may have run is a lie — such a turn is parked for review."""
+        """May an in-doubt call of this tool be re-run on an unattended resume? (``_turns.
+        rerun_safe``: idempotent, and the resume would run it — no approval, not deny-listed.)"""
         t = self.tools.get(name)
-        return (t is not None and t.effect == "idempotent" and not t.needs_approval
-                and name not in self.config.unattended_deny)
+        return t is not None and rerun_safe(t.effect, t.needs_approval,
+                                            name in self.config.unattended_deny)
 
     def resume_claimed(self, session: Session) -> TurnResult:
         """Continue a turn that recovery claimed (it holds the route lock and has committed the
         attempt). Always unattended: this path has no way to say otherwise."""
         self._resumable(session)
-        return complete(self._drive(session, SYNC, attended=False, resumed=True))
+        return complete(self._drive(self._claimed(session), SYNC))
 
     async def aresume_claimed(self, session: Session) -> TurnResult:
         """``resume_claimed`` on the caller's event loop (what ``arecover`` calls)."""
         self._resumable(session)
-        return await self._drive(session, AsyncIO(), attended=False, resumed=True)
+        return await self._drive(self._claimed(session), AsyncIO())
+
+    def _claimed(self, session: Session) -> TurnRun:
+        return TurnRun.claimed(self.store, session, clock=self.clock)
 
     def _resumable(self, session: Session) -> None:
         if not session.in_progress:
             raise TurnStateError(f"session {session.id!r} has no turn to resume",
                                  session_id=session.id, reason="not_in_progress")
+        if turn_driver(session) != DRIVER:
+            raise TurnStateError(f"session {session.id!r}'s turn belongs to the "
+                                 f"{turn_driver(session)} driver, not the agent loop",
+                                 session_id=session.id, reason="wrong_driver")
         for e in in_doubt(session):
             if not self.rerun_safe(e.name):
                 raise TurnStateError(f"tool call {e.tool_call_id!r} ({e.name}) is in doubt and "
@@ -163,46 +162,31 @@ class AgentLoop:
     # ------------------------------------------------------------------ live turns
 
     def run(self, session_id: str, content: str | None, *, attended: bool = False) -> TurnResult:
-        """Run a live turn under the session's route lock. ``attended``: a human is present now
-        (the caller knows; nothing stored decides it). The turn is committed in progress before
-        the model is called. An async model or tool is run on a fresh event loop; inside a
-        running loop that cannot work: the turn ends ``failed`` and ``HostError`` is raised
-        (use ``arun``)."""
-        route = self.store.load(session_id).route_key
-        while True:
-            with self.store.lock(route):
-                got = self._begin(session_id, content, route)
-                if isinstance(got, Session):
-                    return complete(self._drive(got, SYNC, attended=attended, resumed=False))
-            route = got
+        """Run a live turn under the session's route lock (held for the whole turn). ``attended``:
+        a human is present now (the caller knows; nothing stored decides it). The turn is
+        committed in progress before the model is called. An async model or tool is run on a
+        fresh event loop; inside a running loop that cannot work: the turn ends ``failed`` and
+        ``HostError`` is raised (use ``arun``)."""
+        t = TurnRun.begin(self.store, session_id, content, driver=DRIVER, attended=attended,
+                          clock=self.clock)
+        with t:
+            return complete(self._drive(t, SYNC))
 
     async def arun(self, session_id: str, content: str | None, *,
                    attended: bool = False) -> TurnResult:
         """``run`` for asyncio: the model (if ``async def``) and async tools are awaited on the
         caller's event loop; commits, lock waits and sync models/tools run off it. The route
         lock wait is cancellable. A cancelled ``arun`` leaves no half state: a commit in flight
-        completes, then the turn is cancelled (marker removed, ``turn_cancelled``)."""
+        completes, then the turn is cancelled (marker removed, ``turn_cancelled``) — also when
+        the cancel came during the begin commit."""
         from ._aio import run_sync
-        from ._async import AsyncStore
 
-        astore = AsyncStore(self.store)
-        io = AsyncIO()
-        route = (await run_sync(self.store.load, session_id)).route_key
-        while True:
-            async with astore.lock(route):
-                got = await run_sync(self._begin, session_id, content, route)
-                if isinstance(got, Session):
-                    return await self._drive(got, io, attended=attended, resumed=False)
-            route = got
-
-    def _begin(self, session_id: str, content: str | None, route: str) -> Session | str:
-        """Begin the turn under ``route`` (the lock the caller holds; it stays the turn's route
-        whatever the session's field says later), unless the session was re-routed before the
-        lock was taken: then the route to take instead."""
-        current = self.store.load(session_id).route_key
-        if current != route:
-            return current
-        return self.store.begin_turn(session_id, content, route_key=route)
+        t = await TurnRun.abegin(self.store, session_id, content, driver=DRIVER,
+                                 attended=attended, clock=self.clock)
+        try:
+            return await self._drive(t, AsyncIO())
+        finally:
+            await run_sync(t.release)
 
     def cancel(self, session_id: str) -> Session:
         """Cancel the session's turn: flush its pending checkpoint, commit it not in progress
@@ -222,34 +206,24 @@ class AgentLoop:
 
     def _cancel_run(self, run: _Run) -> Session:
         with run.mu:
-            turn = run.session.turn
-            known = turn.entry(run.unstarted) if turn and run.unstarted else None
-            if turn and known and known.status == "intent" and not run.cancelled.is_set():
-                # its tool never started (the cancel came during the intent commit): not in
-                # doubt, so it leaves no review record behind
-                run.session = attrs.evolve(run.session, turn=attrs.evolve(turn, ledger=tuple(
-                    e for e in turn.ledger if e is not known)))
-                run.pending = True
-            if run.pending and not run.cancelled.is_set():
-                with contextlib.suppress(_Stop, ConflictError):
-                    self._commit(run, run.phase)
-            run.cancelled.set()
-            return self.store.cancel(run.session.id)
+            if not run.t.cancelled and run.t.pending is None and run.t.open:
+                run.t.defer(run.mine)  # the transcript as the loop has it goes with the cancel
+            return run.t.cancel(unstarted=run.unstarted)
 
     # ------------------------------------------------------------------ the turn
 
-    async def _drive(self, s: Session, io: IO, *, attended: bool,
-                     resumed: bool) -> TurnResult:
-        run = _Run(s, attended=attended, resumed=resumed, now=self.clock())
+    async def _drive(self, t: TurnRun, io: IO) -> TurnResult:
+        run = _Run(t, t.session)
+        sid = t.session_id
         with self._mu:
-            self._runs[s.id] = run
+            self._runs[sid] = run
         try:
             try:
                 return await self._steps(run, io)
-            except _Stop as stop:
+            except TurnStopped as stop:
                 return self._result(run, stop.status, None)
             except HostError as e:
-                await io.disk(self._fail, run, e)
+                await io.disk(t.fail, e, run.mine)
                 raise
             except BaseException as e:
                 if isinstance(e, io.cancel_error):  # arun's task was cancelled
@@ -257,8 +231,8 @@ class AgentLoop:
                 raise
         finally:
             with self._mu:
-                if self._runs.get(s.id) is run:
-                    del self._runs[s.id]
+                if self._runs.get(sid) is run:
+                    del self._runs[sid]
 
     async def _steps(self, run: _Run, io: IO) -> TurnResult:
         """The turn's steps — one logic for ``run`` and ``arun``; ``io`` says where each
@@ -279,7 +253,7 @@ class AgentLoop:
             if isinstance(got, TurnResult):
                 return got
             await self._batch(run, io, got)
-            await io.disk(self._boundary, run, "tool_batch")
+            await io.disk(run.t.boundary, "tool_batch", run.mine)
 
     def _transcript(self, s: Session) -> tuple[Message, ...]:
         if s.summary:
@@ -288,21 +262,21 @@ class AgentLoop:
         return s.messages
 
     def _before_model(self, run: _Run) -> None:
-        self._check(run)
+        run.t.check()
         self._maybe_compact(run)
         if run.resumed:
-            self._commit(run, "before_model", only_if_pending=True)
+            run.t.flush("before_model")
 
     def _take_reply(self, run: _Run, reply: Reply) -> tuple[ToolCall, ...] | TurnResult:
         """Append the model's reply: the turn's end if it calls no tool, else its calls."""
         with run.mu:
-            self._check(run)
+            run.t.check()
             calls = unique_calls(run.session, reply.tool_calls)
             msg = Message("assistant", reply.content, calls)
             run.session = attrs.evolve(run.session, messages=(*run.session.messages, msg))
             if not calls:
                 return self._end(run)
-            self._boundary(run, "model_reply")
+            run.t.boundary("model_reply", run.mine)
             return calls
 
     def _maybe_compact(self, run: _Run) -> None:
@@ -313,7 +287,7 @@ class AgentLoop:
             run.session = attrs.evolve(run.session, summary=summary, messages=tuple(kept))
             # the summary was expensive: losing it means paying for it twice, so it is not
             # left pending behind the debounce
-            self._commit(run, "compaction")
+            run.t.commit(run.mine, phase="compaction")
 
     async def _batch(self, run: _Run, io: IO, calls: Sequence[ToolCall]) -> None:
         for c in calls:
@@ -324,198 +298,68 @@ class AgentLoop:
                 raise
             if plan is None:
                 continue
-            if run.cancelled.is_set():  # cancelled during the intent commit: never start it
-                raise _Stop("cancelled")
-            t, ctx, entry = plan
-            status = "done"
+            if run.t.cancelled:  # cancelled during the intent commit: never start it
+                raise TurnStopped("cancelled", run.t.session_id, run.turn_id)
+            t, decision = plan
+            ok = True
             try:
-                text = _text(await io.tool(t, ctx, c.arguments))
+                text = _text(await io.tool(t, decision.context, c.arguments))
             except HostError:
                 raise
             except Exception as e:  # a tool's failure is the model's business, not the loop's
-                status, text = "failed", f"error: {type(e).__name__}: {e}"
-            if entry is not None:
-                entry = attrs.evolve(entry, status=status, outcome_at=self.store.clock(),
-                                     result=text)
-            await io.disk(self._answer, run, c, text, entry)
+                ok, text = False, f"error: {type(e).__name__}: {e}"
+            await io.disk(self._answer, run, c, text, decision, ok)
 
-    def _prepare(self, run: _Run, c: ToolCall
-                 ) -> tuple[Tool, ToolContext, LedgerEntry | None] | None:
-        """Everything before a tool call: answer it from the ledger, refuse it, or commit its
-        intent (durable before the call, carrying any pending checkpoint). None: answered."""
+    def _prepare(self, run: _Run, c: ToolCall) -> tuple[Tool, ToolDecision] | None:
+        """Everything before a tool call, decided by the protocol: answered from the ledger,
+        refused, or its intent committed (durable before the call, carrying any pending
+        checkpoint). None: answered."""
         run.fresh_intent = None
-        self._check(run)
-        sid, tid = run.session.id, run.turn_id
-        key = f"{sid}:{tid}:{c.id}"
-        ctx = ToolContext(session_id=sid, turn_id=tid, tool_call_id=c.id, idempotency_key=key,
-                          attended=run.attended, resumed=run.resumed,
-                          is_cancelled=lambda: self._is_cancelled(run))
+        run.t.check()
         t = self.tools.get(c.name)
-        assert run.session.turn is not None
-        known = run.session.turn.entry(c.id)
-        if known is not None and known.status != "intent":  # outcome recorded: never re-run
-            self._answer(run, c, known.result or "", None)
-            return None
         if t is None:
-            self._answer(run, c, f"error: unknown tool {c.name!r}", None)
+            self._answer(run, c, f"error: unknown tool {c.name!r}", None, True)
             return None
-        refusal = self._refusal(run, t, ctx, c)
-        if refusal is not None:
-            if known is not None:  # in doubt: it may have run, "refused" would be a lie
-                raise TurnStateError(f"tool call {c.id!r} ({c.name}) is in doubt and would be "
-                                     "refused on this run", session_id=sid, reason="in_doubt")
-            reason, text = refusal
+        req = ToolRequest(c.id, c.name, c.arguments, t.effect, t.needs_approval)
+        approve = self.approve
+        d = run.t.before_tool(req, deny=self.config.unattended_deny,
+                              approve=None if approve is None else
+                              (lambda ctx, _r: approve(ctx, c)))
+        if d.action == "answered":
+            self._answer(run, c, d.text or "", None, True)
+            return None
+        if d.action == "refused":
             run.refused.append(t.name)
-            self.store.emit(ev.TOOL_REFUSED, session_id=sid, turn_id=tid, reason=reason,
-                            tool=t.name, tool_call_id=c.id, attended=run.attended)
-            entry = None
-            if t.effect != "none":
-                now = self.store.clock()
-                entry = LedgerEntry(c.id, t.name, t.effect, key, "refused", now, now, text)
-            self._answer(run, c, text, entry)
+            self._answer(run, c, d.text or "", None, True)
             return None
-        entry = None
-        if t.effect != "none":
-            entry = LedgerEntry(c.id, t.name, t.effect, key, "intent", self.store.clock())
-            with run.mu:
-                run.session = with_entry(run.session, entry)
-                self._commit(run, "tool_intent")
-            if known is None:
-                run.fresh_intent = c.id
-        return t, ctx, entry
+        if t.effect != "none" and not d.rerun:
+            run.fresh_intent = c.id
+        return t, d
 
-    def _answer(self, run: _Run, c: ToolCall, text: str, entry: LedgerEntry | None) -> None:
+    def _answer(self, run: _Run, c: ToolCall, text: str, decision: ToolDecision | None,
+                ok: bool) -> None:
         with run.mu:
-            self._check(run)
+            run.t.check()
             s = run.session
-            if entry is not None:
-                s = with_entry(s, entry)
             run.session = attrs.evolve(s, messages=(*s.messages,
                                                     Message("tool", text, tool_call_id=c.id)))
-            if entry is not None:
-                self._commit(run, "tool_outcome")
+            if decision is None:
+                run.t.defer(run.mine)
             else:
-                run.pending = True
+                run.t.after_tool(decision, ok=ok, result=text, change=run.mine)
 
-    def _refusal(self, run: _Run, t: Tool, ctx: ToolContext,
-                 c: ToolCall) -> tuple[str, str] | None:
-        if not run.attended and t.name in self.config.unattended_deny:
-            return ("unattended_deny",
-                    f"refused: {t.name} is not allowed in an unattended run (nobody is present)")
-        if t.needs_approval:
-            if not run.attended:
-                return ("approval_denied",
-                        f"denied: {t.name} needs approval and no human is present")
-            if self.approve is None or not self.approve(ctx, c):
-                return ("not_approved", f"denied: {t.name} was not approved")
-        return None
-
-    # ------------------------------------------------------------------ checkpoints
-
-    def _boundary(self, run: _Run, phase: str) -> None:
-        with run.mu:
-            run.pending = True
-            run.phase = phase
-            if self.clock() - run.committed_at >= self.config.checkpoint_debounce:
-                self._commit(run, phase)
-
-    def _commit(self, run: _Run, phase: str, *, only_if_pending: bool = False) -> None:
-        with run.mu:
-            if only_if_pending and not run.pending:
-                return
-            self._check(run)
-            for tries in range(_REBASES, -1, -1):
-                try:
-                    s = self.store.checkpoint(run.session, phase=phase)
-                    break
-                except ConflictError:
-                    self._rebase(run, give_up=tries == 0)
-            run.session = s
-            run.committed_at = self.clock()
-            run.pending = False
-            run.phase = phase
+    # ------------------------------------------------------------------ ends
 
     def _end(self, run: _Run, *, status: str = "completed") -> TurnResult:
         with run.mu:
-            self._check(run)
-            for tries in range(_REBASES, -1, -1):
-                try:
-                    s = self.store.end_turn(run.session)
-                    break
-                except ConflictError:
-                    self._rebase(run, give_up=tries == 0)
-            run.pending = False
+            s = run.t.end(run.mine, status=status)
         return self._result(run, status, s)
-
-    def _fail(self, run: _Run, error: HostError) -> None:
-        """A host's programming error: end the turn (transcript kept, marker removed) with a
-        ``turn_failed`` event. Retrying it at the next start would fail the same way."""
-        with run.mu:
-            try:
-                self._check(run)
-                for tries in range(_REBASES, -1, -1):
-                    s = run.session
-                    try:
-                        self.store.commit(attrs.evolve(s, in_progress=False, turn=None),
-                                          s.version)
-                        break
-                    except ConflictError:
-                        self._rebase(run, give_up=tries == 0)
-            except _Stop:
-                return  # cancelled or superseded meanwhile: nothing of ours to end
-            run.pending = False
-        self.store.emit(ev.TURN_FAILED, session_id=run.session.id, turn_id=run.turn_id,
-                        reason=error.reason, error=str(error))
 
     def _result(self, run: _Run, status: str, s: Session | None) -> TurnResult:
         reply = next((m.content for m in reversed(run.session.messages)
                       if m.role == "assistant"), None)
         return TurnResult(run.session.id, run.turn_id, status, reply, s, run.resumed,
                           tuple(run.refused))
-
-    # ------------------------------------------------------------------ cancellation
-
-    def _is_cancelled(self, run: _Run) -> bool:
-        try:
-            self._check(run)
-        except _Stop:
-            return True
-        return False
-
-    def _check(self, run: _Run) -> None:
-        """Stop at this boundary if the turn was cancelled here or in another process."""
-        if run.cancelled.is_set():
-            raise _Stop("cancelled")
-        if _fsio.lstat(self.store.layout.marker(run.session.id)) is None:
-            self._stopped_elsewhere(run)  # no marker: cancelled or finished elsewhere?
-
-    def _stopped_elsewhere(self, run: _Run) -> Session:
-        """Stop if the turn was cancelled or replaced elsewhere; else the session on disk."""
-        try:
-            disk = self.store.load(run.session.id)
-        except SessionNotFound:
-            raise _Stop("cancelled") from None
-        if not disk.in_progress or disk.turn is None:
-            raise _Stop("cancelled")
-        if disk.turn.id != run.turn_id:
-            raise _Stop("superseded")
-        return disk
-
-    def _rebase(self, run: _Run, *, give_up: bool) -> None:
-        """A commit met a newer version. Cancelled or superseded: stop. Still this turn (a
-        host's patch, a marker repair, a migration): keep what the other writer committed and
-        put back what this run owns — the turn, its transcript and summary — then retry. The
-        route lock this run holds means no other loop or recovery wrote the turn itself."""
-        disk = self._stopped_elsewhere(run)
-        if give_up:
-            raise ConflictError(f"session {disk.id!r} keeps changing under the running turn",
-                                session_id=disk.id, reason="contended")
-        mine = run.session
-        run.session = attrs.evolve(disk, turn=mine.turn, messages=mine.messages,
-                                   summary=mine.summary)
-
-
-_REBASES = 3  # a session patched this often during one commit is contended, not merely touched
 
 
 # the ledger queries live with the model; re-exported for the hosts that import them from here

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import attrs
 
-from ._records import Event, Manifest, Marker
+from ._records import DRIVERS, Event, Manifest, Marker, driver_of
 
 Effect = Literal["none", "idempotent", "external"]
 EFFECTS: tuple[str, ...] = ("none", "idempotent", "external")
@@ -74,6 +74,9 @@ class LedgerEntry:
     intent_at: float = _time()
     outcome_at: float | None = attrs.field(default=None, validator=_finite)
     result: str | None = None
+    # the call's arguments, committed with its intent: a call parked for review shows a human
+    # what it was asked to do (a driver whose transcript is not fsdurable's has no other record)
+    arguments: dict[str, Any] | None = None
 
 
 @attrs.frozen
@@ -84,6 +87,11 @@ class Turn:
     the marker, so a rebuilt marker keeps its owner). ``route_key``: the route lock the turn
     started under (set by ``begin_turn``, never changed while the turn lives, whatever the
     session's ``route_key`` says later; "" is filled from the session by the commit function).
+    ``driver``: which driver owns the turn (``loop``, ``langgraph``, ``openai-agents``,
+    ``pydantic-ai``, ``claude``; "" in a turn begun before it was recorded: ``driver_of``) —
+    recovery hands the turn to that driver alone; ``source`` never decides it. ``run_id``: the
+    run's identity, kept across every resume; ``attempt_id``: new for each attempt (the live run,
+    then each resume).
     """
 
     id: str
@@ -94,6 +102,9 @@ class Turn:
     ledger: tuple[LedgerEntry, ...] = ()
     node_id: str | None = None
     route_key: str = ""
+    driver: str = ""
+    run_id: str = ""
+    attempt_id: str = ""
 
     def entry(self, tool_call_id: str) -> LedgerEntry | None:
         for e in self.ledger:
@@ -174,16 +185,41 @@ REVIEW = "review_required"
 def review_record(turn_id: str, entries: Iterable[LedgerEntry], *, at: float, reason: str,
                   previous: object = None) -> dict[str, Any]:
     """``metadata["review_required"]`` for in-doubt ledger entries (one shape for every park);
-    calls still parked from an earlier turn (``previous``) stay in it."""
+    calls still parked from an earlier turn (``previous``) stay in it. Each call carries the
+    arguments its intent was committed with (None in an entry written before they were)."""
     calls = [{"tool_call_id": e.tool_call_id, "tool": e.name, "effect": e.effect,
               "idempotency_key": e.idempotency_key, "intent_at": e.intent_at,
-              "turn_id": turn_id, "reason": reason} for e in entries]
+              "turn_id": turn_id, "reason": reason, "arguments": e.arguments}
+             for e in entries]
     if isinstance(previous, dict) and isinstance(previous.get("calls"), list):
         calls = [{"turn_id": previous.get("turn_id"), "reason": previous.get("reason"), **c}
                  for c in previous["calls"] if isinstance(c, dict)] + calls
     return {"turn_id": turn_id, "calls": calls, "at": at, "reason": reason}
 
 
-__all__ = ["EFFECTS", "LEDGER_STATUSES", "REVIEW", "ROLES", "Effect", "Event", "LedgerEntry",
-           "LedgerStatus", "Manifest", "Marker", "Message", "Session", "ToolCall", "Turn",
-           "in_doubt", "review_record", "unanswered_calls", "unique_calls", "with_entry"]
+def closed_turn(s: Session, *, at: float, reason: str) -> tuple[Session, list[dict[str, Any]]]:
+    """``s`` with its turn ended without running on (cancelled, abandoned) — and its in-doubt
+    calls (an intent, no outcome: they may have run) put in the review queue, never dropped —
+    and the calls so parked. The one shape of every such end (store.cancel, abandon_turn)."""
+    import attrs as _attrs
+
+    assert s.turn is not None
+    meta = s.metadata
+    intents = [e for e in s.turn.ledger if e.status == "intent"]
+    calls: list[dict[str, Any]] = []
+    if intents:
+        rr = review_record(s.turn.id, intents, at=at, reason=reason, previous=meta.get(REVIEW))
+        calls = rr["calls"][-len(intents):]
+        meta = {**meta, REVIEW: rr}
+    return _attrs.evolve(s, in_progress=False, turn=None, metadata=meta), calls
+
+
+def turn_driver(s: Session) -> str:
+    """The driver that owns ``s``'s turn (``driver_of`` its recorded driver and source)."""
+    return driver_of(s.turn.driver if s.turn is not None else "", s.source)
+
+
+__all__ = ["DRIVERS", "EFFECTS", "LEDGER_STATUSES", "REVIEW", "ROLES", "Effect", "Event",
+           "LedgerEntry", "LedgerStatus", "Manifest", "Marker", "Message", "Session", "ToolCall",
+           "Turn", "closed_turn", "driver_of", "in_doubt", "review_record", "turn_driver",
+           "unanswered_calls", "unique_calls", "with_entry"]

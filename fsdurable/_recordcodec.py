@@ -174,6 +174,7 @@ def encode_marker(m: Marker) -> bytes:
         "started_at": m.started_at,
         "checkpoint_at": m.checkpoint_at,
         "resume_attempts": m.resume_attempts,
+        "driver": m.driver,
     })
 
 
@@ -208,14 +209,15 @@ def _marker_fast(d: dict[str, Any]) -> Marker | None:
                                       g("route_key"), g("source"))
     version, attempts = g("session_version"), g("resume_attempts")
     started, checkpoint = g("started_at"), g("checkpoint_at")
+    driver = g("driver", "")
     if (sid.__class__ is str and tid.__class__ is str and node.__class__ is str
-            and route.__class__ is str and source.__class__ is str
+            and route.__class__ is str and source.__class__ is str and driver.__class__ is str
             and version.__class__ is int and attempts.__class__ is int
             and started.__class__ is float and checkpoint.__class__ is float
             and math.isfinite(started) and math.isfinite(checkpoint)):
         return Marker(session_id=sid, turn_id=tid, session_version=version, node_id=node,
                       route_key=route, source=source, started_at=started,
-                      checkpoint_at=checkpoint, resume_attempts=attempts)
+                      checkpoint_at=checkpoint, resume_attempts=attempts, driver=driver)
     return None
 
 
@@ -231,6 +233,7 @@ def _marker_checked(d: dict[str, Any], path: str | None) -> Marker:
         started_at=f(d, "started_at", _NUM, path),
         checkpoint_at=f(d, "checkpoint_at", _NUM, path),
         resume_attempts=f(d, "resume_attempts", int, path),
+        driver=f(d, "driver", str, path) if "driver" in d else "",
     )
 
 

@@ -127,13 +127,29 @@ def defaults(cls: T) -> T:
     return cls
 
 
+# The drivers of a turn: the reference AgentLoop ("loop") and the framework adapters. The session
+# records which one owns its turn (Turn.driver, copied into the marker); recovery hands a turn to
+# that driver's recover() alone. ``source`` is provenance only and never decides it.
+DRIVERS = ("loop", "langgraph", "openai-agents", "pydantic-ai", "claude")
+# Only for turns written before the driver was recorded (driver ""): each adapter then marked its
+# sessions with its own source, so the source is the one trace of the owner such a file has.
+_LEGACY_DRIVER = {"langgraph": "langgraph", "openai-agents": "openai-agents",
+                  "pydantic-ai": "pydantic-ai", "claude": "claude"}
+
+
+def driver_of(driver: str, source: str) -> str:
+    """The driver that owns a turn: the recorded one, else (a turn begun before drivers were
+    recorded) the adapter its source names, else the reference loop."""
+    return driver or _LEGACY_DRIVER.get(source, "loop")
+
+
 class Marker(Record):
     """Index record of one interrupted turn (``markers/<session_id>.json``): enough to gate the
     turn (age, attempts, owner node, route) without reading its session. ``route_key`` is the
     TURN's route (``Turn.route_key``), the lock a resume must take."""
 
     _fields = ("session_id", "turn_id", "session_version", "node_id", "route_key", "source",
-               "started_at", "checkpoint_at", "resume_attempts")
+               "started_at", "checkpoint_at", "resume_attempts", "driver")
     __slots__ = _fields
     session_id: str
     turn_id: str
@@ -144,15 +160,21 @@ class Marker(Record):
     started_at: float
     checkpoint_at: float
     resume_attempts: int
+    driver: str
 
     def __init__(self, session_id: str, turn_id: str, session_version: int, node_id: str,
                  route_key: str, source: str, started_at: float, checkpoint_at: float,
-                 resume_attempts: int = 0) -> None:
+                 resume_attempts: int = 0, driver: str = "") -> None:
         self._init(session_id=session_id, turn_id=turn_id, session_version=session_version,
                    node_id=node_id, route_key=route_key, source=source,
                    started_at=finite("started_at", started_at),
                    checkpoint_at=finite("checkpoint_at", checkpoint_at),
-                   resume_attempts=resume_attempts)
+                   resume_attempts=resume_attempts, driver=driver)
+
+    @property
+    def owner_driver(self) -> str:
+        """The driver that owns the turn (``driver_of``): recovery hands the turn to it alone."""
+        return driver_of(self.driver, self.source)
 
     @classmethod
     def of(cls, session: Session, node_id: str) -> Marker:
@@ -163,7 +185,7 @@ class Marker(Record):
                    node_id=node_id, route_key=turn.route_key or session.route_key,
                    source=session.source,
                    started_at=turn.started_at, checkpoint_at=turn.checkpoint_at,
-                   resume_attempts=turn.resume_attempts)
+                   resume_attempts=turn.resume_attempts, driver=turn.driver)
 
 
 class Event(Record):
@@ -199,4 +221,4 @@ class Manifest(Record):
         self._init(store_id=store_id, created_at=created_at, format=format)
 
 
-__all__ = ["Event", "Manifest", "Marker", "Record", "defaults", "finite"]
+__all__ = ["DRIVERS", "Event", "Manifest", "Marker", "Record", "defaults", "driver_of", "finite"]

@@ -30,14 +30,15 @@ from . import _events as ev
 from . import _repair
 from ._errors import FsDurableError, HostError, LockTimeout, SessionNotFound, UnreadableState
 from ._gates import (
-    ADAPTER_SOURCES,
     NOT_CLAIMED,
     VERDICTS,
     RecoveryPolicy,
+    driven_by,
     judged,
     plan,
     verdict,
 )
+from ._layout import new_id
 from ._model import Marker, Message, Session, in_doubt, unanswered_calls
 from ._store import Store
 
@@ -217,9 +218,19 @@ def _errored(store: Store, base: Outcome, e: BaseException) -> Outcome:
     return attrs.evolve(base, outcome="error", reason="error", error=err)
 
 
-def _default_select(select: Callable[[Marker], bool] | None) -> Callable[[Marker], bool]:
-    """The caller's ``select``, else every marker but the framework adapters' runs."""
-    return select if select is not None else (lambda m: m.source not in ADAPTER_SOURCES)
+def host_driver(host: Host) -> str:
+    """The driver a host is (``AgentLoop``: ``loop``; an adapter's host: its framework)."""
+    return str(getattr(host, "driver", "loop"))
+
+
+def _default_select(select: Callable[[Marker], bool] | None, host: Host
+                    ) -> Callable[[Marker], bool]:
+    """Only the markers of turns the host's driver owns (``Turn.driver``, in the marker), and of
+    those the ones the caller's ``select`` takes: no host ever resumes another driver's turn."""
+    mine = driven_by(host_driver(host))
+    if select is None:
+        return mine
+    return lambda m: mine(m) and select(m)
 
 
 def recover(store: Store, loop: Host, policy: RecoveryPolicy | None = None, *,
@@ -227,9 +238,10 @@ def recover(store: Store, loop: Host, policy: RecoveryPolicy | None = None, *,
             select: Callable[[Marker], bool] | None = None) -> RecoveryReport:
     """Recover every interrupted turn of this node (what a host calls at daemon start).
 
-    ``select(marker)`` limits recovery to some markers (e.g. one host's routes). Without it,
-    the framework adapters' runs (``_gates.ADAPTER_SOURCES``: LangGraph, OpenAI Agents, ...)
-    are left to their own adapter's ``recover`` — never resumed as this host's turns.
+    Only the turns the host's driver owns are claimed (``host.driver``, default ``loop``:
+    ``Turn.driver`` as the marker carries it; ``source`` never decides): a framework adapter's
+    runs are left to that adapter's ``recover``. ``select(marker)`` limits recovery further
+    (e.g. one host's routes).
     ``resume=False`` applies every gate (stale/exhausted abandoned, orphans repaired) but leaves
     the turns that would resume untouched (outcome ``left``) — for a process without the host's
     loop, like the CLI. A turn whose route lock is held (a live turn, or another process
@@ -241,7 +253,7 @@ def recover(store: Store, loop: Host, policy: RecoveryPolicy | None = None, *,
     report and the event log.
     """
     pol = _policy(store, policy)
-    select = _default_select(select)
+    select = _default_select(select, loop)
     if dry_run:
         return RecoveryReport(tuple(assess(store, pol, select=select, loop=loop,
                                            resume=resume)), dry_run=True)
@@ -270,7 +282,7 @@ async def arecover(store: Store, host: Host, policy: RecoveryPolicy | None = Non
     from ._aio import run_sync
 
     pol = _policy(store, policy)
-    select = _default_select(select)
+    select = _default_select(select, host)
     markers, bad = await run_sync(store.scan_markers)
     out = await run_sync(_bad_markers, store, markers, bad)
     for m in markers:
@@ -470,10 +482,15 @@ def _claim(store: Store, loop: Host, marker: Marker, pol: RecoveryPolicy, adopt:
     attempt = s.turn.resume_attempts + 1
     # the attempt is durable BEFORE the model call: a crash inside the call still counts
     # the claim makes this node the turn's owner (it already is, unless this is an adoption)
-    s = store.commit(attrs.evolve(s, turn=attrs.evolve(s.turn, resume_attempts=attempt)),
+    # a new attempt id, in the same commit; the run id stays: it survives every resume
+    s = store.commit(attrs.evolve(s, turn=attrs.evolve(s.turn, resume_attempts=attempt,
+                                                       attempt_id=new_id())),
                      s.version, owner=store.node_id)
+    assert s.turn is not None
     store.emit(ev.RESUMING, session_id=sid, turn_id=tid, attempt=attempt, cap=pol.max_attempts,
-               adopted=adopt, rerun_in_doubt=[e.tool_call_id for e in in_doubt(s)])
+               adopted=adopt, rerun_in_doubt=[e.tool_call_id for e in in_doubt(s)],
+               driver=s.turn.driver or host_driver(loop), run_id=s.turn.run_id,
+               attempt_id=s.turn.attempt_id)
     return _Claim(s, attempt, attrs.evolve(base, attempts=attempt))
 
 

@@ -72,6 +72,10 @@ class Store:
         self._held = _thread._local()  # threading.local, likewise
         self._locks: Any = None
         self._log: ev.EventLog | None = None
+        # the narrow view of this store the one commit function works over
+        self._ctx = _commit.Context(layout=self.layout, config=config, clock=clock,
+                                    cache=self._cache, node=lambda: self.node_id,
+                                    ident=self._disk_ident, marker=self._marker_raw)
         # why fsdurable.json could not be read at open (None: it could); see _open
         self.manifest_problem: str | None = None
         self.manifest = self._open(create)
@@ -338,7 +342,7 @@ class Store:
     def _commit_locked(self, new: Session, base: int, *, at_least: int = 0,
                        owner: str | None = None, base_commit_id: str | None = None) -> Session:
         """THE commit (``_commit.commit_locked``), under the session's commit lock."""
-        return _commit.commit_locked(self, new, base, at_least=at_least, owner=owner,
+        return _commit.commit_locked(self._ctx, new, base, at_least=at_least, owner=owner,
                                      base_commit_id=base_commit_id)
 
     def commit(self, new: Session, base_version: int, *, at_least: int = 0,
@@ -414,11 +418,16 @@ class Store:
     # ------------------------------------------------------------------ turn API
 
     def begin_turn(self, session_id: str, content: str | None = None, *, role: str = "user",
-                   turn_id: str | None = None, route_key: str | None = None) -> Session:
+                   turn_id: str | None = None, route_key: str | None = None,
+                   change: Callable[[Session], Session] | None = None,
+                   detail: dict[str, Any] | None = None) -> Session:
         """Start a turn: commit in progress (marker first) BEFORE any model call.
 
         ``route_key``: the route lock the caller holds — the turn's route until it ends, even if
-        the session's ``route_key`` changed since the caller looked (default: the session's)."""
+        the session's ``route_key`` changed since the caller looked (default: the session's).
+        ``change(session)``: applied to the new in-progress session in the same commit (the turn
+        protocol records the driver and the run's identity there). ``detail``: added to the
+        ``turn_started`` event."""
         from ._model import Message, Turn
 
         tid = turn_id or new_id()
@@ -433,12 +442,13 @@ class Store:
                     session_id=s.id, reason="in_progress")
             now = self.clock()
             msgs = s.messages + ((Message(role, content),) if content is not None else ())
-            return evolve(s, in_progress=True, messages=msgs,
-                           turn=Turn(id=tid, started_at=now, checkpoint_at=now,
-                                     route_key=s.route_key if route_key is None else route_key))
+            new = evolve(s, in_progress=True, messages=msgs,
+                         turn=Turn(id=tid, started_at=now, checkpoint_at=now,
+                                   route_key=s.route_key if route_key is None else route_key))
+            return change(new) if change is not None else new
 
         s = self.patch(session_id, start)
-        self.emit(ev.TURN_STARTED, session_id=s.id, turn_id=tid)
+        self.emit(ev.TURN_STARTED, session_id=s.id, turn_id=tid, **(detail or {}))
         return s
 
     def checkpoint(self, session: Session, *, phase: str | None = None) -> Session:
@@ -464,27 +474,22 @@ class Store:
         self.emit(ev.TURN_COMPLETED, session_id=s.id, turn_id=turn.id)
         return s
 
-    def cancel(self, session_id: str) -> Session:
-        """Cancel the turn in progress: it never comes back. No-op if none is in progress.
-        An effectful call that may have run (its ledger entry still at ``intent``) stays on
-        record and goes to the review queue (``fsdurable review``), never dropped silently."""
+    def cancel(self, session_id: str, *, turn_id: str | None = None) -> Session:
+        """Cancel the turn in progress (``turn_id``: only that turn): it never comes back. No-op
+        if none is in progress. An effectful call that may have run (its ledger entry still at
+        ``intent``) stays on record and goes to the review queue (``fsdurable review``), never
+        dropped silently."""
+        from ._model import closed_turn
+
         cancelled: list[str] = []
         doubt: list[dict[str, Any]] = []
 
         def stop(s: Session) -> Session:
-            if not s.in_progress or s.turn is None:
+            if not s.in_progress or s.turn is None or turn_id not in (None, s.turn.id):
                 return s
             cancelled[:] = [s.turn.id]
-            meta = s.metadata
-            intents = [e for e in s.turn.ledger if e.status == "intent"]
-            if intents:
-                from ._model import REVIEW, review_record
-
-                rr = review_record(s.turn.id, intents, at=self.clock(), reason="cancelled",
-                                   previous=meta.get(REVIEW))
-                doubt[:] = rr["calls"][-len(intents):]
-                meta = {**meta, REVIEW: rr}
-            return evolve(s, in_progress=False, turn=None, metadata=meta)
+            new, doubt[:] = closed_turn(s, at=self.clock(), reason="cancelled")
+            return new
 
         s = self.patch(session_id, stop)
         if cancelled:
@@ -498,14 +503,23 @@ class Store:
                      **detail: Any) -> Session | None:
         """Clear an interrupted turn that will not be resumed, with an
         ``interrupted_turn_abandoned`` event; its marker goes with it (the commit function).
+        Its in-doubt calls go to the review queue first (``interrupted_turn_review_required``):
+        a stale or exhausted turn's side effects are checked, never dropped with it.
         Returns None, touching nothing, if the session is gone, unreadable or no longer on that
         turn (a marker left then is the repair gate's: ``_repair.repair_marker``)."""
+        from ._model import closed_turn
+
         sid = validate_session_id(session_id)
+        doubt: list[dict[str, Any]] = []
         with self._commit_lock(sid):
             s = self._load_or_none(sid)
             if s is not None and s.in_progress and s.turn is not None and s.turn.id == turn_id:
-                s = self._commit_locked(evolve(s, in_progress=False, turn=None), s.version)
+                new, doubt = closed_turn(s, at=self.clock(), reason=reason)
+                s = self._commit_locked(new, s.version)
             else:
                 s = None
         self.emit(ev.ABANDONED, session_id=sid, turn_id=turn_id, reason=reason, **detail)
+        if doubt:
+            self.emit(ev.REVIEW_REQUIRED, session_id=sid, turn_id=turn_id, reason=reason,
+                      calls=doubt)
         return s

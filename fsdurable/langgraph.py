@@ -460,6 +460,8 @@ def _closed(graph: Any, state: Any) -> str | None:
 class _GraphHost:
     """Recovery's host for a LangGraph graph: continue a claimed run with ``invoke(None)``."""
 
+    driver = "langgraph"
+
     def __init__(self, graph: Any, saver: FsDurableSaver,
                  loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.graph, self.saver, self.loop = graph, saver, loop

@@ -369,6 +369,8 @@ class _Host:
     """fsdurable's recovery ``Host`` for Agents SDK runs: ``fsdurable.arecover`` runs the gates
     and the claim off the loop and awaits each claimed run here, on the caller's loop."""
 
+    driver = SOURCE
+
     def __init__(self, agent: Any, astore: AsyncStore, effects: Mapping[str, str],
                  debounce: float | None, runner_kwargs: dict[str, Any]) -> None:
         self.agent, self.astore = agent, astore

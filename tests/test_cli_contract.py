@@ -177,8 +177,8 @@ def test_the_startup_commands_import_only_what_they_need(argv: list[str], root: 
     rc, mods = r.stdout.split(" ", 1)
     assert rc == "0", r.stderr
     loaded = set(mods.split())
-    for heavy in ("fsdurable._sync", "fsdurable._sync_cli", "fsdurable.demo", "fsdurable._watch",
-                  "fsdurable._store_cli", "fsdurable._doctor", "fsdurable._recovery",
+    for heavy in ("fsdurable._sync", "fsdurable.cli._sync", "fsdurable.demo", "fsdurable._watch",
+                  "fsdurable.cli._store", "fsdurable._doctor", "fsdurable._recovery",
                   "fsdurable._loop", "watchfiles", "attrs", "cattrs", "asyncio", "ssl"):
         assert heavy not in loaded, heavy
 

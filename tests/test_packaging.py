@@ -61,7 +61,7 @@ def test_version_license_and_metadata() -> None:
 
 
 def test_schemas_are_read_from_the_package() -> None:
-    from fsdurable._store_cli import KINDS, schema_text
+    from fsdurable.cli._store import KINDS, schema_text
 
     for kind in KINDS:
         assert '"$schema"' in schema_text(kind)

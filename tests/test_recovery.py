@@ -364,5 +364,8 @@ def test_a_generic_recover_leaves_the_framework_adapters_runs_alone(store: Store
         s = store.load(sid)
         assert s.in_progress and s.turn is not None and s.turn.resume_attempts == 0
         assert store.read_marker(sid) is not None
-    picked = recover(store, loop, select=lambda m: m.source == "langgraph")  # explicit: taken
-    assert [o.session_id for o in picked.outcomes] == ["lg"]
+    # a select cannot hand another driver's run to this host: the turn's driver decides
+    picked = recover(store, loop, select=lambda m: m.source == "langgraph")
+    assert picked.outcomes == ()
+    s = store.load("lg")
+    assert s.in_progress and s.turn is not None and s.turn.resume_attempts == 0

@@ -35,7 +35,7 @@ ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 
 def _load(kind: str) -> dict[str, Any]:
-    from fsdurable._store_cli import schema_text  # the shipped copy, read as the CLI reads it
+    from fsdurable.cli._store import schema_text  # the shipped copy, read as the CLI reads it
 
     schema: dict[str, Any] = json.loads(schema_text(kind))
     return schema

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from ._errors import InvalidState
-from .cli import Result, command, open_store, table
+from .._errors import InvalidState
+from . import Result, command, open_store, table
 
 
 def _args(p: argparse.ArgumentParser) -> None:
@@ -21,7 +21,7 @@ def _args(p: argparse.ArgumentParser) -> None:
 @command("quarantine", "list what sits in quarantine/ (what, why, when), restore a fixed "
          "session, or --purge", _args)
 def _quarantine(args: argparse.Namespace) -> Result:
-    from ._quarantine import listing, purge, restore
+    from .._quarantine import listing, purge, restore
 
     words = list(args.words)
     action = words.pop(0) if words and words[0] in ("list", "restore") else "list"

@@ -6,14 +6,14 @@ from __future__ import annotations
 import argparse
 import time
 
-from .cli import Result, command, non_negative, open_store, table
+from . import Result, command, non_negative, open_store, table
 
 
 @command("init")
 def _init(args: argparse.Namespace) -> Result:
     import os
 
-    from ._layout import default_root
+    from .._layout import default_root
 
     root = args.root if args.root is not None else default_root()
     existed = os.path.exists(os.path.join(os.path.realpath(root), "fsdurable.json"))
@@ -40,8 +40,8 @@ def _sid_args(p: argparse.ArgumentParser) -> None:
 
 @command("show", args=_sid_args)
 def _show(args: argparse.Namespace) -> Result:
-    from ._codec import session_to_dict
-    from ._review import parked
+    from .._codec import session_to_dict
+    from .._review import parked
 
     s = open_store(args).load(args.session_id)
     d = session_to_dict(s)
@@ -86,7 +86,7 @@ def _events(args: argparse.Namespace) -> Result:
 
 @command("cancel", args=_sid_args)
 def _cancel(args: argparse.Namespace) -> Result:
-    from ._review import parked
+    from .._review import parked
 
     st = open_store(args)
     before = st.load(args.session_id)
@@ -109,7 +109,7 @@ def _doctor_args(p: argparse.ArgumentParser) -> None:
 
 @command("doctor", args=_doctor_args)
 def _doctor(args: argparse.Namespace) -> Result:
-    from ._doctor import doctor, problems
+    from .._doctor import doctor, problems
 
     st = open_store(args)
     findings = doctor(st, repair=args.repair)

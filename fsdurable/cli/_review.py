@@ -13,7 +13,7 @@ import argparse
 import json
 from typing import Any
 
-from .cli import Result, _age, command, open_store, table, usage
+from . import Result, _age, command, open_store, table, usage
 
 
 def _args(p: argparse.ArgumentParser) -> None:
@@ -54,7 +54,7 @@ HEADER = ["session", "call", "tool", "arguments", "idempotency key", "why", "age
 
 @command("review", args=_args)
 def _review(args: argparse.Namespace) -> Result:
-    from . import _review
+    from .. import _review
 
     st = open_store(args)
     now = st.clock()
@@ -77,7 +77,7 @@ def _review(args: argparse.Namespace) -> Result:
         lines += [f"recorded: {c['tool_call_id']} ({c.get('tool')}) "
                   f"{'ran' if args.ran else 'did not run'}" for c in done]
     if args.rerun:
-        from ._sync_cli import _host
+        from ._sync import _host
 
         cid = args.tool_call_id or _only_did_not_run(st, args.session_id)
         result = _review.rerun_call(st, _host(args.host, st), args.session_id, cid)
@@ -93,7 +93,7 @@ def _review(args: argparse.Namespace) -> Result:
 
 
 def _only_did_not_run(st: Any, session_id: str) -> str:
-    from ._review import ANSWERS, DID_NOT_RUN
+    from .._review import ANSWERS, DID_NOT_RUN
 
     answers = st.load(session_id).metadata.get(ANSWERS) or {}
     ids = [k for k, v in answers.items() if isinstance(v, dict)

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-from .cli import Result, command, non_negative, open_store, table, usage
+from . import Result, command, non_negative, open_store, table, usage
 
 
 def _sid_arg(p: argparse.ArgumentParser) -> None:
@@ -44,7 +44,7 @@ def _host(spec: str, store: Any) -> Any:
 
 @command("adopt", args=_adopt_args)
 def _adopt(args: argparse.Namespace) -> Result:
-    from ._sync import adopt
+    from .._sync import adopt
 
     st = open_store(args)
     before = st.read_marker(args.session_id)
@@ -68,7 +68,7 @@ def _resolve_args(p: argparse.ArgumentParser) -> None:
 
 @command("resolve", args=_resolve_args)
 def _resolve(args: argparse.Namespace) -> Result:
-    from ._sync import MARKER, SESSION, resolve, versions
+    from .._sync import MARKER, SESSION, resolve, versions
 
     st = open_store(args)
     shown = versions(st, args.session_id, SESSION) + versions(st, args.session_id, MARKER)
@@ -91,7 +91,7 @@ def _resolve(args: argparse.Namespace) -> Result:
 
 @command("conflicts")
 def _conflicts(args: argparse.Namespace) -> Result:
-    from ._sync import SESSION, conflict_copies, versions
+    from .._sync import SESSION, conflict_copies, versions
 
     st = open_store(args)
     found = conflict_copies(st)
@@ -146,14 +146,14 @@ def _watch(args: argparse.Namespace) -> Result:
 
 
 def _ignore_args(p: argparse.ArgumentParser) -> None:
-    from ._sync import IGNORE_FILES
+    from .._sync import IGNORE_FILES
 
     p.add_argument("name", choices=IGNORE_FILES, help="which tool's file")
 
 
 @command("ignore-file", args=_ignore_args)
 def _ignore_file(args: argparse.Namespace) -> Result:
-    from ._sync import ignore_file
+    from .._sync import ignore_file
 
     path = ignore_file(args.name)
     with open(path, encoding="utf-8") as f:
@@ -165,7 +165,7 @@ def _ignore_file(args: argparse.Namespace) -> Result:
 def _node(args: argparse.Namespace) -> Result:
     import os
 
-    from ._layout import state_dir
+    from .._layout import state_dir
 
     st = open_store(args)
     data = {"node_id": st.node_id, "from_env": bool(os.environ.get("FSDURABLE_NODE")),

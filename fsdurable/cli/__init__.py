@@ -35,31 +35,31 @@ else:
 
 # name -> (module that registers it with @command, one-line help). Lazy: nothing else is imported.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "init": ("._store_cli", "create a store here (the only command that creates one)"),
-    "sessions": ("._store_cli", "list the session ids"),
-    "show": ("._store_cli", "print one session: its turn, parked calls and last messages"),
-    "interrupted": ("._recovery_cli", "list the interrupted turns with their verdict and age"),
-    "recover": ("._recovery_cli",
+    "init": ("._store", "create a store here (the only command that creates one)"),
+    "sessions": ("._store", "list the session ids"),
+    "show": ("._store", "print one session: its turn, parked calls and last messages"),
+    "interrupted": ("._recovery", "list the interrupted turns with their verdict and age"),
+    "recover": ("._recovery",
                 "apply the recovery gates to every interrupted turn (--dry-run: only show)"),
-    "review": ("._review_cli",
+    "review": ("._review",
                "list turns parked for a human (in-doubt calls); record whether a call ran"),
-    "events": ("._store_cli", "print the event log (every node's), oldest first"),
-    "cancel": ("._store_cli",
+    "events": ("._store", "print the event log (every node's), oldest first"),
+    "cancel": ("._store",
                "cancel a session's turn in progress (in-doubt calls go to review)"),
-    "doctor": ("._store_cli", "scan the whole store and report every problem"),
-    "schema": ("._store_cli", "print a shipped JSON Schema (session, marker, event, manifest)"),
-    "demo": (".demo", "crash a scripted agent mid-turn and recover it, in a store of its own"),
-    "adopt": ("._sync_cli",
+    "doctor": ("._store", "scan the whole store and report every problem"),
+    "schema": ("._store", "print a shipped JSON Schema (session, marker, event, manifest)"),
+    "demo": ("..demo", "crash a scripted agent mid-turn and recover it, in a store of its own"),
+    "adopt": ("._sync",
               "take another node's interrupted turn over (an event) and resume it unattended"),
-    "resolve": ("._sync_cli", "resolve a session's sync-tool conflict copies (losers to "
+    "resolve": ("._sync", "resolve a session's sync-tool conflict copies (losers to "
                               "quarantine/)"),
-    "conflicts": ("._sync_cli", "list every sync-tool conflict copy with its version"),
-    "watch": ("._sync_cli", "report markers, sessions and conflict copies as they change "
+    "conflicts": ("._sync", "list every sync-tool conflict copy with its version"),
+    "watch": ("._sync", "report markers, sessions and conflict copies as they change "
                             "(--json: JSON Lines)"),
-    "ignore-file": ("._sync_cli", "print a shipped ignore file that keeps half-written files "
+    "ignore-file": ("._sync", "print a shipped ignore file that keeps half-written files "
                                   "out of sync"),
-    "node": ("._sync_cli", "print this machine's node id and where its machine-local state is"),
-    "quarantine": ("._quarantine_cli", "list what sits in quarantine/ (what, why, when), "
+    "node": ("._sync", "print this machine's node id and where its machine-local state is"),
+    "quarantine": ("._quarantine", "list what sits in quarantine/ (what, why, when), "
                                        "restore a fixed session, or --purge"),
 }
 _HANDLERS: dict[str, tuple[Handler, str, ArgsFn]] = {}
@@ -85,8 +85,8 @@ def command(name: str, help: str | None = None, args: ArgsFn | None = None
 def open_store(args: argparse.Namespace, *, create: bool = False) -> Any:
     """The store at ``--root``; only ``init`` creates one (every other command reads, and a
     typo must not make a store in a home directory)."""
-    from ._layout import default_root
-    from ._store import Store
+    from .._layout import default_root
+    from .._store import Store
 
     root = args.root if args.root is not None else default_root()
     real = os.path.realpath(root)
@@ -152,7 +152,7 @@ def _common() -> argparse.ArgumentParser:
 
 
 def _version() -> str:
-    from . import __version__
+    from .. import __version__
 
     return f"fsdurable {__version__}"
 
@@ -241,10 +241,13 @@ def _load(name: str | None) -> None:
     modules = [COMMANDS[name][0]] if name in COMMANDS else dict.fromkeys(
         m for m, _ in COMMANDS.values())
     for mod in modules:
+        # a name relative to this package (".x": fsdurable.cli.x, "..x": fsdurable.x)
+        full = (__package__.rpartition(".")[0] + mod[1:] if mod.startswith("..")
+                else __package__ + mod)
         try:
-            __import__(__package__ + mod)  # importlib.import_module, without importlib
+            __import__(full)  # importlib.import_module, without importlib
         except ModuleNotFoundError as e:  # a command module this install does not ship
-            if e.name != f"{__package__}{mod}":
+            if e.name != full:
                 raise
 
 
@@ -289,7 +292,7 @@ def _main(argv: list[str], debug: bool) -> int:
 def _run(args: argparse.Namespace) -> int:
     import json
 
-    from ._errors import FsDurableError, InvalidSessionId
+    from .._errors import FsDurableError, InvalidSessionId
 
     handler = _HANDLERS[args.command][0]
     try:
@@ -330,7 +333,3 @@ def _fail(debug: bool, message: str, exc: BaseException) -> None:
 def usage(message: str) -> NoReturn:
     """Stop a command with a usage error (exit 2): ``message`` says what to do next."""
     raise UsageError(message)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -9,8 +9,8 @@ nothing: the same outcomes as ``recover(store, loop, dry_run=True, resume=False)
 
 from __future__ import annotations
 
-from ._errors import TurnStateError
-from .cli import Result, _age, command, open_store, table
+from .._errors import TurnStateError
+from . import Result, _age, command, open_store, table
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up)
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 def _judged(st: Any, markers: list[Any]) -> list[dict[str, Any]]:
     """Every interrupted turn with its verdict, from one listing of markers/ (no session read,
     no agent loop, no attrs): what ``interrupted`` prints."""
-    from ._gates import RecoveryPolicy, verdict
+    from .._gates import RecoveryPolicy, verdict
 
     pol = RecoveryPolicy.from_config(st.config)
     now = st.clock()
@@ -76,7 +76,7 @@ def _recover(args: argparse.Namespace) -> Result:
     st = open_store(args)
     data = _dry_run(st) if args.dry_run else None
     if data is None:
-        from ._recovery import recover
+        from .._recovery import recover
 
         data = [_outcome(o) for o in recover(st, _NoLoop(), resume=False,
                                              dry_run=bool(args.dry_run)).outcomes]
@@ -90,8 +90,8 @@ def _dry_run(st: Any) -> list[dict[str, Any]] | None:
     it, at the cost of a listing: the stdlib gates, and each gated turn's session peeked at with
     the stdlib (``peek_turn``: a finished turn's marker is an orphan, a newer turn supersedes
     it). None when a marker or a session needs the full codec (the library's dry run decides)."""
-    from ._discovery import NeedsCodec, peek_turn
-    from ._gates import ADAPTER_SOURCES, NOT_CLAIMED, RecoveryPolicy, plan, verdict
+    from .._discovery import NeedsCodec, peek_turn
+    from .._gates import NOT_CLAIMED, RecoveryPolicy, plan, verdict
 
     markers, bad = st.scan_markers()
     if bad:
@@ -101,7 +101,7 @@ def _dry_run(st: Any) -> list[dict[str, Any]] | None:
     out = []
     reason: str | None
     for m in markers:
-        if m.source in ADAPTER_SOURCES:
+        if m.owner_driver != "loop":
             continue  # left to the adapter's own recover(), as a real run leaves them
         v = verdict(m, node_id=st.node_id, now=now, policy=pol)
         exact, reason = m, v
