@@ -84,9 +84,10 @@ def review_queue(store: Store) -> list[dict[str, Any]]:
 def answer_review(store: Store, session_id: str, *, ran: bool,
                   tool_call_id: str | None = None, note: str | None = None
                   ) -> list[dict[str, Any]]:
-    """Record a human's answer for one parked call (or every unanswered one when the session has
-    a single call, or ``tool_call_id`` is None and all share the answer). Returns the calls
-    answered. A call answered once keeps its answer: answering it again is refused."""
+    """Record a human's answer for one parked call: ``tool_call_id``, or None for the one call
+    of the session still waiting (with several waiting, None is refused: ``call_required`` — an
+    answer is a human's word about one call). Returns the calls answered. A call answered once
+    keeps its answer: answering it again is refused."""
     value = RAN if ran else DID_NOT_RUN
     done: list[dict[str, Any]] = []
 
@@ -106,6 +107,11 @@ def answer_review(store: Store, session_id: str, *, ran: bool,
                                    session_id=s.id, reason="unknown_call")
         else:
             chosen = [c for c in calls if c["answer"] is None]
+            if len(chosen) > 1:  # one answer for calls nobody checked one by one: refused
+                ids = ", ".join(str(c["tool_call_id"]) for c in chosen)
+                raise InvalidState(f"{len(chosen)} calls of {s.id!r} wait for an answer ({ids}):"
+                                   " say which one (--call TOOL_CALL_ID)", session_id=s.id,
+                                   reason="call_required")
         for c in chosen:
             if c["answer"] is not None:
                 raise InvalidState(f"call {c['tool_call_id']!r} was already answered "

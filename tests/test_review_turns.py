@@ -79,17 +79,21 @@ def test_a_parked_call_shows_its_arguments_from_the_ledger(
     assert code == 0 and out["review"][0]["arguments"] == {"amount": 42}
 
 
-def loop_died_in_charge(st: Store, sid: str) -> str:
+def loop_died_in_charge(st: Store, sid: str, calls: tuple[str, ...] = ("call_0",)) -> str:
     """The reference loop's turn as a process killed inside ``charge_card`` leaves it: the
-    model's call in the transcript, its intent on the ledger, no outcome. Returns the turn id."""
-    st.create(sid)
+    model's calls in the transcript, their intents on the ledger, no outcome (a turn of a
+    session created here, or its next turn). Returns the turn id."""
+    if sid not in st.sessions():
+        st.create(sid)
     tid = st.begin_turn(sid, "charge the order").turn.id  # type: ignore[union-attr]
 
     def asked(s: Any) -> Any:
-        s = attrs.evolve(s, messages=(*s.messages, Message("assistant", "", (
-            ToolCall("call_0", "charge_card", {"amount": 42}),))))
-        return with_entry(s, LedgerEntry("call_0", "charge_card", "external",
-                                         f"{sid}:{tid}:call_0", "intent", st.clock()))
+        s = attrs.evolve(s, messages=(*s.messages, Message("assistant", "", tuple(
+            ToolCall(c, "charge_card", {"amount": 42}) for c in calls))))
+        for c in calls:
+            s = with_entry(s, LedgerEntry(c, "charge_card", "external", f"{sid}:{tid}:{c}",
+                                          "intent", st.clock()))
+        return s
 
     st.patch(sid, asked)
     return tid
@@ -215,3 +219,25 @@ def test_two_concurrent_reruns_run_the_call_once(root: Path, tmp_path: Path,
     assert "already" in (refused[0] + refused[1]), refused
     [e] = [e for e in st.events("order") if e.code == ev.REVIEW_RERUN]
     assert e.detail["result"] == "charged 42"
+
+
+def test_ran_without_call_is_refused_when_several_calls_wait(
+        root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 17 item 19: ``--ran`` without ``--call`` would record "ran" for calls nobody
+    checked; with several waiting it is a usage error (exit 2) that names them, and records
+    nothing. With one waiting, ``--call`` is not needed."""
+    st = Store(root)
+    loop_died_in_charge(st, "order", calls=("call_0", "call_1"))
+    [o] = recover(st, charge_host(st)).outcomes
+    assert o.outcome == "review_required"
+    capsys.readouterr()
+    assert main(["review", "order", "--ran", "--root", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "--call" in err and "call_0" in err and "call_1" in err, err
+    assert "review_answers" not in st.load("order").metadata
+    assert not [e for e in st.events("order") if e.code == ev.REVIEW_ANSWERED]
+    code, out = run(capsys, "review", "order", "--ran", "--call", "call_1", "--root", str(root))
+    assert code == 0 and [c["tool_call_id"] for c in out["answered"]] == ["call_1"]
+    code, out = run(capsys, "review", "order", "--did-not-run", "--root", str(root))
+    assert code == 0 and [c["tool_call_id"] for c in out["answered"]] == ["call_0"]
+    assert "review_required" not in st.load("order").metadata  # all answered: out of the queue
