@@ -3,7 +3,7 @@
 A call is parked when recovery meets an in-doubt call it cannot safely repeat, or when a turn is
 cancelled while an effectful tool runs. The facts live in the session's
 ``metadata["review_required"]`` (``turn_id``, ``at``, ``reason``, ``calls``: tool, effect,
-idempotency key, intent time), written by the one commit function, with an event.
+arguments, idempotency key, intent time), written by the one commit function, with an event.
 
 A human answers per call: it **ran** (nothing more to do) or it **did not run**. Each answer is
 committed to the session (``metadata["review_answers"]``) and is an event (``review_answered``);
@@ -30,12 +30,17 @@ ANSWERS = "review_answers"
 RAN, DID_NOT_RUN = "ran", "did_not_run"
 
 
-def _arguments(s: Session, tool_call_id: str) -> dict[str, Any] | None:
+def _arguments(s: Session, call: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A parked call's arguments: from the transcript (the reference loop's), else from its
+    ledger entry, committed with its intent (a driver whose transcript lives in its framework:
+    Agents SDK, LangGraph). None if neither has them (a record older than both)."""
+    cid = call.get("tool_call_id")
     for m in reversed(s.messages):
         for c in m.tool_calls:
-            if c.id == tool_call_id:
+            if c.id == cid:
                 return dict(c.arguments)
-    return None
+    got = call.get("arguments")
+    return dict(got) if isinstance(got, dict) else None
 
 
 def _calls(meta: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -50,8 +55,8 @@ def _answers(meta: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def parked(s: Session) -> list[dict[str, Any]]:
-    """Every parked call of one session, each with its arguments (the ledger's), the
-    reason it was parked and the human's answer so far (None: not answered)."""
+    """Every parked call of one session, each with its arguments (the transcript's, else its
+    ledger entry's), the reason it was parked and the human's answer so far (None: not answered)."""
     rr = s.metadata.get(REVIEW)
     extra = ({"turn_id": rr.get("turn_id"), "parked_at": rr.get("at"),
               "reason": rr.get("reason") or "in_doubt"} if isinstance(rr, dict) else {})
@@ -59,9 +64,7 @@ def parked(s: Session) -> list[dict[str, Any]]:
     out = []
     for c in _calls(s.metadata):
         cid = str(c.get("tool_call_id"))
-        args = c.get("arguments")  # the ledger's, else (an older record) the transcript's
-        out.append({"session_id": s.id, **extra, **c,
-                    "arguments": args if isinstance(args, dict) else _arguments(s, cid),
+        out.append({"session_id": s.id, **extra, **c, "arguments": _arguments(s, c),
                     "answer": answers.get(cid)})
     return out
 
@@ -81,9 +84,10 @@ def review_queue(store: Store) -> list[dict[str, Any]]:
 def answer_review(store: Store, session_id: str, *, ran: bool,
                   tool_call_id: str | None = None, note: str | None = None
                   ) -> list[dict[str, Any]]:
-    """Record a human's answer for one parked call (or every unanswered one when the session has
-    a single call, or ``tool_call_id`` is None and all share the answer). Returns the calls
-    answered. A call answered once keeps its answer: answering it again is refused."""
+    """Record a human's answer for one parked call: ``tool_call_id``, or None for the one call
+    of the session still waiting (with several waiting, None is refused: ``call_required`` — an
+    answer is a human's word about one call). Returns the calls answered. A call answered once
+    keeps its answer: answering it again is refused."""
     value = RAN if ran else DID_NOT_RUN
     done: list[dict[str, Any]] = []
 
@@ -103,6 +107,11 @@ def answer_review(store: Store, session_id: str, *, ran: bool,
                                    session_id=s.id, reason="unknown_call")
         else:
             chosen = [c for c in calls if c["answer"] is None]
+            if len(chosen) > 1:  # one answer for calls nobody checked one by one: refused
+                ids = ", ".join(str(c["tool_call_id"]) for c in chosen)
+                raise InvalidState(f"{len(chosen)} calls of {s.id!r} wait for an answer ({ids}):"
+                                   " say which one (--call TOOL_CALL_ID)", session_id=s.id,
+                                   reason="call_required")
         for c in chosen:
             if c["answer"] is not None:
                 raise InvalidState(f"call {c['tool_call_id']!r} was already answered "
@@ -131,10 +140,21 @@ def answer_review(store: Store, session_id: str, *, ran: bool,
 def rerun_call(store: Store, loop: Any, session_id: str, tool_call_id: str) -> str:
     """Run a call again that a human answered "did not run": attended, with its original
     idempotency key, once. The result is committed (``metadata["review_answers"]``) and is an
-    event. Anything else — no answer, "ran", already re-run — is refused."""
+    event. Anything else — no answer, "ran", already re-run (or a re-run in flight, or one that
+    died before its result was committed: it may have run) — is refused.
+
+    Check, run and record happen under the session's route lock (the lock a live turn holds),
+    and the re-run's start is committed before the tool runs: a second ``rerun_call``, in this
+    process or another, waits and is then refused — never two runs of one call."""
+    s = store.load(session_id)
+    with store.lock(s.route_key):
+        return _rerun_locked(store, loop, store.load(session_id), tool_call_id)
+
+
+def _rerun_locked(store: Store, loop: Any, s: Session, tool_call_id: str) -> str:
     import inspect
 
-    s = store.load(session_id)
+    session_id = s.id
     answers = _answers(s.metadata)
     a = answers.get(tool_call_id)
     if not isinstance(a, dict) or a.get("answer") != DID_NOT_RUN:
@@ -145,6 +165,10 @@ def rerun_call(store: Store, loop: Any, session_id: str, tool_call_id: str) -> s
     if "rerun_at" in a:
         raise TurnStateError(f"call {tool_call_id!r} was already run again", reason="rerun_done",
                              session_id=session_id)
+    if "rerun_started_at" in a:
+        raise TurnStateError(f"call {tool_call_id!r} was already started again and its result "
+                             "never recorded: it may have run (check before anything else)",
+                             reason="rerun_in_doubt", session_id=session_id)
     call = next((c for c in _closed_or_open_calls(s) if c.get("tool_call_id") == tool_call_id),
                 None)
     tools = getattr(loop, "tools", {})
@@ -155,10 +179,22 @@ def rerun_call(store: Store, loop: Any, session_id: str, tool_call_id: str) -> s
 
     turn_id = str(call.get("turn_id") or "")
     key = str(call["idempotency_key"])
+
+    def note(**fields: Any) -> None:
+        def record(cur: Session) -> Session:
+            import attrs
+
+            got = _answers(cur.metadata)
+            got[tool_call_id] = {**got.get(tool_call_id, a), **fields}
+            return attrs.evolve(cur, metadata={**cur.metadata, ANSWERS: got})
+
+        store.patch(session_id, record)
+
+    note(rerun_started_at=store.clock())  # durable BEFORE the call, like a ledger intent
     ctx = ToolContext(session_id=s.id, turn_id=turn_id, tool_call_id=tool_call_id,
                       idempotency_key=key, attended=True, resumed=False,
                       is_cancelled=lambda: False)
-    result = tools[call["tool"]].fn(ctx, **(_arguments(s, tool_call_id) or {}))
+    result = tools[call["tool"]].fn(ctx, **(_arguments(s, call) or {}))
     if inspect.isawaitable(result):
         import asyncio
 
@@ -167,16 +203,7 @@ def rerun_call(store: Store, loop: Any, session_id: str, tool_call_id: str) -> s
 
         result = asyncio.run(wait())
     text = str(result)
-
-    def record(cur: Session) -> Session:
-        import attrs
-
-        got = _answers(cur.metadata)
-        got[tool_call_id] = {**got.get(tool_call_id, a), "rerun_at": store.clock(),
-                             "rerun_result": text}
-        return attrs.evolve(cur, metadata={**cur.metadata, ANSWERS: got})
-
-    store.patch(session_id, record)
+    note(rerun_at=store.clock(), rerun_result=text)
     store.emit(ev.REVIEW_RERUN, session_id=session_id, turn_id=turn_id,
                tool_call_id=tool_call_id, tool=call["tool"], idempotency_key=key,
                attended=True, result=text[:1000])

@@ -55,6 +55,7 @@ HEADER = ["session", "call", "tool", "arguments", "idempotency key", "why", "age
 @command("review", args=_args)
 def _review(args: argparse.Namespace) -> Result:
     from .. import _review
+    from .._errors import InvalidState
 
     st = open_store(args)
     now = st.clock()
@@ -71,8 +72,13 @@ def _review(args: argparse.Namespace) -> Result:
     data: dict[str, Any] = {"session_id": args.session_id}
     lines: list[str] = []
     if args.ran or args.did_not_run:
-        done = _review.answer_review(st, args.session_id, ran=args.ran,
-                                     tool_call_id=args.tool_call_id, note=args.note)
+        try:
+            done = _review.answer_review(st, args.session_id, ran=args.ran,
+                                         tool_call_id=args.tool_call_id, note=args.note)
+        except InvalidState as e:
+            if e.reason == "call_required":
+                usage(str(e))
+            raise
         data["answered"] = done
         lines += [f"recorded: {c['tool_call_id']} ({c.get('tool')}) "
                   f"{'ran' if args.ran else 'did not run'}" for c in done]
