@@ -32,7 +32,7 @@ from agents import Agent, FunctionTool, RunHooks, Runner, RunState
 from agents.exceptions import MaxTurnsExceeded, ModelBehaviorError, UserError
 
 from ._aio import run_sync
-from ._errors import InvalidState, TurnStateError, TurnStopped
+from ._errors import TurnStateError, TurnStopped
 from ._model import LedgerEntry, Session, with_entry
 from ._turns import ToolDecision, ToolRequest, TurnRun
 
@@ -58,6 +58,7 @@ class Driver:
         self.result: Any = None  # the current RunResultStreaming
         self.mu = asyncio.Lock()  # parallel tool calls: one protocol call at a time
         self._agents: dict[int, Any] = {}
+        self.stopped: str | None = None  # the turn was stopped elsewhere (TurnStopped)
 
     def effect(self, name: str) -> str:
         return self.effects.get(name, "external")  # undeclared: assume the worst
@@ -162,27 +163,28 @@ class Driver:
         """Run to the turn's end, yielding the SDK's stream events as they come."""
         t = self.t
         try:
-            try:
-                async for e in self._legs(agent, start, hooks, kwargs):
-                    yield e
-            except TurnStopped:
+            async for e in self._legs(agent, start, hooks, kwargs):
+                yield e
+        except (asyncio.CancelledError, GeneratorExit):  # cancelled, or the stream dropped
+            if self.result is not None:
+                self.result.cancel()
+            if t.open:
+                await run_sync(t.cancel)
+            raise
+        except BaseException as e:
+            stop = _stopped(e)  # cancelled or superseded elsewhere: the run just stops
+            if stop is None:
+                if isinstance(e, _FATAL):
+                    await run_sync(t.fail, e)
                 raise
-            except _FATAL as e:
-                await run_sync(t.fail, e)
-                raise
-            except (asyncio.CancelledError, GeneratorExit):  # cancelled, or the stream dropped
-                if self.result is not None:
-                    self.result.cancel()
-                if t.open:
-                    await run_sync(t.cancel)
-                raise
-            except BaseException as e:
-                stop = _stopped(e)
-                if stop is not None:
-                    raise stop from e
-                raise
+            self.stopped = stop.status
         finally:
             await run_sync(t.release)
+
+    @property
+    def status(self) -> str | None:
+        """How the turn ended here: completed, paused, failed, cancelled, superseded."""
+        return self.t.status or self.stopped
 
     async def _legs(self, agent: Any, start: Any, user_hooks: Any,
                     kwargs: dict[str, Any]) -> AsyncIterator[Any]:
@@ -196,7 +198,9 @@ class Driver:
             async for e in self.result.stream_events():
                 yield e
             if not self.result.interruptions:
-                await run_sync(t.end, lambda s: self.st.with_record(s, run=None))
+                out = self.result.final_output  # the transcript gets the final reply
+                await run_sync(t.end, lambda s: self.st.with_record(s, run=None),
+                               reply=None if out is None else str(out))
                 return
             state = self.result.to_state()
             if t.attended:  # a human decides later: the turn is over, the state kept for them
@@ -278,54 +282,6 @@ def composed_hooks(d: Driver, user: Any) -> Any:
     return _HOOKS(d, user)
 
 
-class Host:
-    """fsdurable's recovery host for Agents SDK runs (``fsdurable.arecover`` claims the turns
-    this driver owns and awaits each resume here, on the caller's loop)."""
-
-    driver = DRIVER
-
-    def __init__(self, agent: Any, session: Callable[[str], Any], effects: Mapping[str, str],
-                 driver: Callable[[TurnRun, Any, Any], Driver], hooks: Any,
-                 kwargs: dict[str, Any]) -> None:
-        self.agent, self.session, self.effects = agent, session, dict(effects)
-        self.make, self.hooks, self.kwargs = driver, hooks, kwargs
-
-    def tool_effect(self, name: str) -> str | None:
-        return self.effects.get(name)
-
-    def rerun_safe(self, name: str) -> bool:
-        """An in-doubt call is re-run only if a repeat is a no-op and the resume would run it
-        (``_turns.rerun_safe``); a tool this host cannot see (an agent factory) needs approval
-        for all it knows."""
-        from ._turns import rerun_safe
-
-        tool = next((t for t in getattr(self.agent, "tools", ()) if
-                     getattr(t, "name", None) == name), None)
-        needs = tool is None or tool.needs_approval is not False
-        cfg = self.session("x").store.config
-        return rerun_safe(self.effects.get(name), needs, name in cfg.unattended_deny)
-
-    def resume_claimed(self, s: Session) -> Any:
-        return self.aresume_claimed(s)  # arecover awaits it on the caller's loop
-
-    async def aresume_claimed(self, s: Session) -> Any:
-        from .openai_agents import RunOutcome, record, trimmed
-
-        agent = self.agent if isinstance(self.agent, Agent) else self.agent(s.id)
-        fs = self.session(s.id)
-        t = TurnRun.claimed(fs.store, s)
-        rec = record(s)
-        if not rec:
-            raise InvalidState(f"session {s.id!r}: the interrupted run has no run record",
-                               session_id=s.id, reason="no_run_record")
-        await run_sync(t.commit, trimmed, phase="resumed")
-        d = self.make(t, fs, rec.get("answers"))
-        start = await start_of(d, agent, rec)
-        async for _ in d.stream(agent, start, self.hooks, self.kwargs):
-            pass
-        return RunOutcome(t.status or "completed", d.result)
-
-
 def continuation(s: Session, *, at: float) -> tuple[Session, list[dict[str, Any]]]:
     """The begin change of ``continue_run``: the parked run's record (its last checkpoint, the
     items trimmed to it) with the human's answer to each of its parked calls; a "did not run"
@@ -384,4 +340,4 @@ async def start_of(d: Driver, agent: Any, rec: Mapping[str, Any]) -> Any:
     return rec.get("input")
 
 
-__all__ = ["DRIVER", "Driver", "Host", "composed_hooks", "continuation", "start_of"]
+__all__ = ["DRIVER", "Driver", "composed_hooks", "continuation", "start_of"]

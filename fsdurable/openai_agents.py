@@ -235,7 +235,7 @@ class DurableStream:
     @property
     def status(self) -> str | None:
         """How the turn ended: completed, paused, failed, cancelled (None: not yet)."""
-        return self.driver.t.status if self.driver is not None else None
+        return self.driver.status if self.driver is not None else None
 
     def __getattr__(self, name: str) -> Any:
         result = self.__dict__.get("result")
@@ -265,7 +265,8 @@ def run_streamed(agent: Any, input: Any, *, session: FileSession, attended: bool
     async def begin() -> tuple[Driver, Any]:
         from ._turns import TurnRun
 
-        t = await TurnRun.abegin(session.store, session.session_id, driver=DRIVER,
+        t = await TurnRun.abegin(session.store, session.session_id,
+                                 input if isinstance(input, str) else None, driver=DRIVER,
                                  attended=attended, change=change, create=True, source=SOURCE,
                                  lock_timeout=lock_timeout)
         return _driver(t, session, eff, debounce), input
@@ -347,6 +348,58 @@ async def continue_run(agent: Any, *, session: FileSession, attended: bool = Fal
     return d.result
 
 
+class _Host:
+    """fsdurable's recovery host for Agents SDK runs (``fsdurable.arecover`` claims the turns
+    this driver owns and awaits each resume here, on the caller's loop). It touches neither the
+    agent nor ``agents`` until a turn is claimed (or an in-doubt call must be judged): a start
+    with nothing to resume stays cheap."""
+
+    driver = DRIVER
+
+    def __init__(self, agent: Any, astore: AsyncStore, effects: dict[str, str],
+                 debounce: float | None, hooks: Any, kwargs: dict[str, Any]) -> None:
+        self.agent, self.astore, self.effects = agent, astore, effects
+        self.debounce, self.hooks, self.kwargs = debounce, hooks, kwargs
+
+    def tool_effect(self, name: str) -> str | None:
+        return self.effects.get(name)
+
+    def rerun_safe(self, name: str) -> bool:
+        """An in-doubt call is re-run only if a repeat is a no-op and the resume would run it
+        (``_turns.rerun_safe``); a tool this host cannot see (an agent factory) may need
+        approval for all it knows: not safe."""
+        from ._turns import rerun_safe
+
+        tool = next((t for t in getattr(self.agent, "tools", None) or () if
+                     getattr(t, "name", None) == name), None)
+        needs = tool is None or tool.needs_approval is not False
+        deny = self.astore.store.config.unattended_deny
+        return rerun_safe(self.effects.get(name), needs, name in deny)
+
+    def resume_claimed(self, s: Session) -> Any:
+        return self.aresume_claimed(s)  # arecover awaits it on the caller's loop
+
+    async def aresume_claimed(self, s: Session) -> RunOutcome:
+        from agents import Agent
+
+        from ._oarun import start_of
+        from ._turns import TurnRun
+
+        agent = self.agent if isinstance(self.agent, Agent) else self.agent(s.id)
+        fs = FileSession(s.id, self.astore)
+        t = TurnRun.claimed(fs.store, s)
+        rec = record(s)
+        if not rec:
+            raise InvalidState(f"session {s.id!r}: the interrupted run has no run record",
+                               session_id=s.id, reason="no_run_record")
+        await run_sync(t.commit, trimmed, phase="resumed")
+        d = _driver(t, fs, self.effects, self.debounce, rec.get("answers"))
+        start = await start_of(d, agent, rec)
+        async for _ in d.stream(agent, start, self.hooks, self.kwargs):
+            pass
+        return RunOutcome(d.status or "completed", d.result)
+
+
 async def recover(agent: Any, store: StoreLike = None,
                   *, effects: Mapping[str, str] | None = None,
                   policy: RecoveryPolicy | None = None, debounce: float | None = None,
@@ -357,14 +410,11 @@ async def recover(agent: Any, store: StoreLike = None,
     session's source. ``agent``: the starting agent, or ``fn(session_id) -> agent``. Every
     gate and decision is fsdurable's (``fsdurable.arecover``), every decision an event; the
     resumed runs are unattended. Returns the ``RecoveryReport``."""
-    from ._oarun import Host
     from ._recovery import arecover
 
     _check(runner_kwargs)
     astore = store if isinstance(store, AsyncStore) else AsyncStore(as_store(store))
-    host = Host(agent, lambda sid: FileSession(sid, astore), _effects(effects),
-                lambda t, fs, answers: _driver(t, fs, _effects(effects), debounce, answers),
-                hooks, runner_kwargs)
+    host = _Host(agent, astore, _effects(effects), debounce, hooks, runner_kwargs)
     return await arecover(astore.store, host, policy, select=select)
 
 __all__ = ["DurableStream", "FileSession", "RunOutcome", "continue_run", "current_call",

@@ -23,7 +23,7 @@ import fsdurable
 from tests.conformance import drivers as _drivers
 from tests.conformance.harness import GUARDED, IDEM, PAY, World, outcomes_for
 
-REQUIRED = {"loop"}
+REQUIRED = {"loop", "openai_agents"}
 MODULES = sorted(m.name for m in pkgutil.iter_modules(_drivers.__path__))
 SID = "conv-1"
 
