@@ -59,6 +59,7 @@ class Driver:
         self.mu = asyncio.Lock()  # parallel tool calls: one protocol call at a time
         self._agents: dict[int, Any] = {}
         self.stopped: str | None = None  # the turn was stopped elsewhere (TurnStopped)
+        self.first = True  # the next model call is its leg's first
 
     def effect(self, name: str) -> str:
         return self.effects.get(name, "external")  # undeclared: assume the worst
@@ -137,7 +138,13 @@ class Driver:
     # ------------------------------------------------------------------ boundaries
 
     async def before_model(self) -> None:
-        """A phase boundary: the state holds every earlier tool output now."""
+        """A phase boundary: the state holds every earlier tool output now. Not at a leg's
+        first model call: that state is the leg's start, on record already — and a streamed
+        run saves its input to the session only after this hook, so the items counted here
+        would leave the input out (a resume would drop it)."""
+        if self.first:
+            self.first = False
+            return
         state = self.result.to_state().to_string()
         await run_sync(self._boundary, state)
 
@@ -193,6 +200,7 @@ class Driver:
         if isinstance(start, RunState):  # its agents must be the wrapped ones
             start = await RunState.from_string(wrapped, start.to_string())
         while True:
+            self.first = True
             self.result = Runner.run_streamed(wrapped, start, session=self.fs, hooks=hooks,
                                               **kwargs)
             async for e in self.result.stream_events():

@@ -6,6 +6,7 @@ and are SIGKILLed at random and restarted; after every kill and at the end the i
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -45,6 +46,37 @@ def test_200_kills(tmp_path: Path) -> None:
 def test_2000_kills(tmp_path: Path) -> None:
     res = _torture(tmp_path, 2000, seed=11)
     assert res["kills"] == 2000
+
+
+def _oa_torture(tmp_path: Path, n: int, seed: int) -> dict[str, object]:
+    if os.environ.get("CI") != "true":  # CI installs the extra: a missing SDK fails there
+        pytest.importorskip("agents", reason="the openai-agents extra is not installed")
+    env = subprocess_env(FSDURABLE_STATE_DIR=str(tmp_path / "state"))
+    out = subprocess.run([PYTHON, "-m", "tests.torture.oakills", "--kills", str(n), "--seed",
+                          str(seed), "--dir", str(tmp_path)],
+                         env=env, cwd=REPO, capture_output=True, text=True, timeout=1800)
+    res: dict[str, object] = json.loads(out.stdout)
+    assert res["violations"] == [], res["violations"]
+    assert out.returncode == 0
+    return res
+
+
+def test_agents_sdk_runs_under_30_kills(tmp_path: Path) -> None:
+    """Durable Agents SDK runs SIGKILLed mid-run and recovered (tests/torture/oakills.py lists
+    the end-state checks). ``--torture`` adds 1,000 kills."""
+    res = _oa_torture(tmp_path, 30, seed=5)
+    assert res["kills"] == 30
+    stats = res["stats"]
+    assert isinstance(stats, dict)
+    # the kills landed mid-run: runs were interrupted and resumed, and runs got to their end
+    assert stats["event_interrupted_turn_resuming"] > 0 and stats["event_turn_completed"] > 0
+    assert stats.get("refused_unattended_deny", 0) + stats.get("refused_approval_denied", 0) > 0
+
+
+@pytest.mark.slow
+def test_agents_sdk_runs_under_1000_kills(tmp_path: Path) -> None:
+    res = _oa_torture(tmp_path, 1000, seed=13)
+    assert res["kills"] == 1000
 
 
 def _world(tmp_path: Path, tools: list[dict[str, object]]) -> str:

@@ -310,7 +310,7 @@ def uncrashed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.parametrize("kill", ["model1", "add3", "model2", "model3"])
+@pytest.mark.parametrize("kill", ["model0", "add1", "model1", "add3", "model2", "model3"])
 def test_sigkill_mid_run_then_recovered_in_a_fresh_process(tmp_path: Path, kill: str,
                                                            uncrashed: dict[str, Any]) -> None:
     root, log = tmp_path / "store", tmp_path / "log"

@@ -87,6 +87,29 @@ def _kills(args: argparse.Namespace, rows: list[tuple[str, Any]], bad: list[str]
              ("kill torture seconds", res["seconds"])]
 
 
+def _oakills(args: argparse.Namespace, rows: list[tuple[str, Any]], bad: list[str]) -> None:
+    try:
+        from . import oakills
+    except ImportError:  # openai-agents is not installed
+        rows.append(("Agents SDK kills", "skipped (openai-agents not installed)"))
+        return
+    n = args.oa_kills if args.oa_kills is not None else (20 if args.quick else 100)
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(dir=shm, prefix="fsd-oakill-") as base:
+        res = oakills.run(base, kills=n, seed=args.seed, progress=n >= 500)
+    bad += res["violations"]
+    st = res["stats"]
+    rows += [("Agents SDK kills (SIGKILL mid-run, restarted)", res["kills"]),
+             ("  runs completed / resumed / parked in doubt",
+              f"{st.get('event_turn_completed', 0)} / "
+              f"{st.get('event_interrupted_turn_resumed', 0)} / "
+              f"{st.get('event_interrupted_turn_review_required', 0)}"),
+             ("  tool calls refused (deny-list / approval)",
+              f"{st.get('refused_unattended_deny', 0)} / {st.get('refused_approval_denied', 0)}"),
+             ("  idempotent re-sends dropped by key", st.get("tool_dedupe", 0)),
+             ("  Agents SDK kill seconds", res["seconds"])]
+
+
 def _langgraph(args: argparse.Namespace, rows: list[tuple[str, Any]], bad: list[str]) -> None:
     try:
         from . import lgcrash
@@ -112,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.torture", description=__doc__)
     p.add_argument("--kills", type=int, default=None, help="kills in the kill torture "
                    "(default 200; 50 with --quick)")
+    p.add_argument("--oa-kills", type=int, default=None, help="kills in the Agents SDK kill "
+                   "torture (default 100; 20 with --quick)")
     p.add_argument("--workers", type=int, default=3)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--minutes", type=float, default=None,
@@ -120,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--exhaustive", action="store_true",
                    help="explorer: more torn-write cuts, every subset of up to 6 pending "
                         "directory operations, a 4x workload")
-    p.add_argument("--only", choices=("explorer", "faults", "hostile", "kills", "langgraph"),
+    p.add_argument("--only", choices=("explorer", "faults", "hostile", "kills", "langgraph",
+                                      "openai-agents"),
                    action="append")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="fsd-torture-") as state:
@@ -130,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         bad: list[str] = []
         t = time.monotonic()
         parts = {"explorer": _explorer, "faults": _faults, "hostile": _hostile,
-                 "kills": _kills, "langgraph": _langgraph}
+                 "kills": _kills, "langgraph": _langgraph, "openai-agents": _oakills}
         for name, fn in parts.items():
             if args.only and name not in args.only:
                 continue
