@@ -162,3 +162,38 @@ def test_workers_rotate_to_new_session_ids() -> None:
     assert kills.shared_ids(0) == kills.SHARED
     assert kills.own_ids(1, 3) == ["w1-0-g3", "w1-1-g3", "w1-2-g3"]
     assert set(kills.shared_ids(3)).isdisjoint(kills.SHARED)
+
+
+def test_the_agents_sdk_final_checks_catch_each_violation(tmp_path: Path) -> None:
+    """oakills.check_final on hand-made worlds: each broken invariant is reported."""
+    import fsdurable
+    from tests.torture import oakills
+
+    def rec(kind: str, **kw: object) -> dict[str, object]:
+        d: dict[str, object] = {"tool": kind, "kind": kind, "sid": "s", "tid": "t", "cid": "c1",
+                                "key": "s:t:c1", "attended": False, "resumed": False}
+        d.update(kw)
+        return d
+
+    cases = {
+        "external call run 2 times": [rec("charge"), rec("charge")],
+        "idempotent effect applied 2 times": [rec("apply"), rec("apply")],
+        "approval was honoured": [rec("approve_me", resumed=True)],
+        "deny-listed tool ran unattended": [rec("shell")],
+        "ran attended": [rec("lookup", resumed=True, attended=True)],
+        "is not <session>:<turn>:<call>": [rec("lookup", key="other")],
+    }
+    for i, (want, tools) in enumerate(cases.items()):
+        world = tmp_path / f"w{i}"
+        world.mkdir()
+        (world / "tools-0.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tools))
+        st = fsdurable.Store(tmp_path / f"st{i}")
+        out, _ = oakills.check_final(st, str(world))
+        assert any(want in v for v in out), (want, out)
+    world = tmp_path / "wx"
+    world.mkdir()
+    st = fsdurable.Store(tmp_path / "stx")
+    call = {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"}
+    st.create("s", metadata={"openai_agents": {"items": [call, call]}})
+    out, _ = oakills.check_final(st, str(world))
+    assert out == ["s: tool call c1 2 times in the conversation"]
