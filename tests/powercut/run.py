@@ -116,11 +116,18 @@ def _wait_for(fd: int, want: bytes, deadline: float) -> bool:
             return True
 
 
+def _terminate(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # so the finally below unmounts and detaches
+
+
 def run(base: str, *, cuts: int = 30, seed: int = 1, variant: str = "correct",
         epoch: int = 25, stop_at_first: bool = False, progress: bool = False,
-        methods: tuple[str, ...] = METHODS, image_dir: str | None = None) -> dict[str, Any]:
-    """Cut the power ``cuts`` times; the figures and every violation (see the docstring)."""
+        methods: tuple[str, ...] = METHODS, image_dir: str | None = None,
+        max_seconds: float | None = None) -> dict[str, Any]:
+    """Cut the power ``cuts`` times (or until ``max_seconds`` have passed); the figures and
+    every violation (see the module docstring)."""
     _preload()
+    previous = signal.signal(signal.SIGTERM, _terminate)
     rnd = random.Random(seed)
     disk = Ext4(image_dir or base)
     options = ""
@@ -135,14 +142,18 @@ def run(base: str, *, cuts: int = 30, seed: int = 1, variant: str = "correct",
     quarantined: set[str] = set()
     try:
         for k in range(cuts):
+            if max_seconds is not None and time.monotonic() - t0 > max_seconds:
+                break
             if k % epoch == 0:
                 disk.format()
                 options = disk.mount_options()
                 ack_files = []
             root = os.path.join(disk.mnt, "store")
             method = methods[k % len(methods)]
+            # half the chosen cuts count from the start (they land in the restart's recovery
+            # too), half from the end of the restart (in the workload's own calls)
             cut = None if method == "random" else workload.Cut(
-                method, rnd.randint(1, MAX_N[method]))
+                method, rnd.randint(1, MAX_N[method]), after_restart=rnd.random() < 0.5)
             acks = os.path.join(logs, f"acks-{k}.jsonl")
             errs = os.path.join(logs, f"errors-{k}.jsonl")
             ack_files.append(acks)
@@ -203,6 +214,7 @@ def run(base: str, *, cuts: int = 30, seed: int = 1, variant: str = "correct",
                 break
     finally:
         disk.close()
+        signal.signal(signal.SIGTERM, previous)
     return {"cuts": done, "variant": variant, "seconds": round(time.monotonic() - t0, 1),
             "violations": violations[:50], "violation_count": len(violations),
             "acknowledged": sum(c["acked"] for c in per.values()),
