@@ -70,13 +70,16 @@ def _child(fn: Any, *args: Any, stderr: str | None = None, **kw: Any) -> int:
     return pid
 
 
-def _kill_group(pid: int) -> None:
+def _kill_group(pid: int) -> int:
+    """SIGKILL the process group of ``pid``; its wait status."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)
+    try:
+        return os.waitpid(pid, 0)[1]
+    except ChildProcessError:
+        return 0
 
 
 def _checker(root: str, ack_files: list[str], out: str) -> None:
@@ -175,7 +178,7 @@ def run(base: str, *, cuts: int = 30, seed: int = 1, variant: str = "correct",
                 cut_at = time.monotonic()
                 time.sleep(rnd.uniform(*AFTER_CUT))
             finally:
-                _kill_group(pid)
+                wstatus = _kill_group(pid)
                 os.close(rfd)
             disk.remount()
             verdict = os.path.join(logs, f"verdict-{k}.json")
@@ -186,6 +189,10 @@ def run(base: str, *, cuts: int = 30, seed: int = 1, variant: str = "correct",
             with open(verdict, encoding="utf-8") as f:
                 res = json.load(f)
             found = [f"cut {k} ({how}, {variant}): {v}" for v in res["violations"]]
+            if os.WIFEXITED(wstatus):  # it never lives to its end: something escaped it
+                with open(os.path.join(logs, f"stderr-{k}.txt"), errors="replace") as f:
+                    found.append(f"cut {k} ({how}): the workload died by itself: "
+                                 f"{f.read()[-1500:]}")
             for e in check.read_acks(errs):
                 if e["t"] < cut_at:
                     found.append(f"cut {k} ({how}): workload error before the cut: "

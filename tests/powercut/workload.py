@@ -194,8 +194,7 @@ def _commit_ack(ack: AckLog, s: Any, what: str) -> None:
 
 def _restart(root: str, loop: fsdurable.AgentLoop, errors: AckLog) -> None:
     """What a host does at startup: recovery, then ``doctor --repair`` (the real CLI)."""
-    with suppress(fsdurable.FsDurableError):
-        fsdurable.recover(loop.store, loop)
+    fsdurable.recover(loop.store, loop)
     out = subprocess.run([sys.executable, "-m", "fsdurable", "--root", root, "--json", "doctor",
                           "--repair"], capture_output=True, text=True, timeout=120)
     if out.returncode not in (0, 1):
@@ -221,10 +220,15 @@ def run(root: str, acks: str, errors_path: str, *, gen: int, seed: int, status_f
     install_variant(variant)
     cutter = None if cut is None else _Cutter(cut, mnt, status_fd)
     _fsio.set_recorder(cutter)
-    store = fsdurable.Store(root, config=_config())
-    ack(k="store")  # opened (created, the first time): from here the store must be there
-    loop = _loop(store)
-    _restart(root, loop, errors)
+    try:
+        store = fsdurable.Store(root, config=_config())
+        ack(k="store")  # opened (created, the first time): from here the store must be there
+        loop = _loop(store)
+        _restart(root, loop, errors)
+    except Exception as e:  # after the cut (the disk gone): expected; before it: a violation
+        errors(t=time.monotonic(), error=f"restart: {type(e).__name__}: {e}"[:500])
+        while True:
+            time.sleep(1)  # until the driver kills us
     if cutter is not None:
         cutter.counting = True
 
