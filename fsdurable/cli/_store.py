@@ -203,10 +203,15 @@ KINDS = ("session", "marker", "event", "manifest", "lghead", "lgrecord", "pydant
 
 
 def schema_text(kind: str) -> str:
-    """A shipped JSON Schema (``fsdurable/schemas/<kind>.schema.json``, in the wheel)."""
+    """A JSON Schema as installed: the wheel ships the top-level ``schemas/`` (their one source)
+    as ``fsdurable/schemas/``; a source checkout has them beside the package."""
     from importlib.resources import files
 
-    return files("fsdurable").joinpath("schemas", f"{kind}.schema.json").read_text("utf-8")
+    name = f"{kind}.schema.json"
+    installed = files("fsdurable").joinpath("schemas", name)
+    if installed.is_file():
+        return installed.read_text("utf-8")
+    return files("fsdurable").joinpath("..", "schemas", name).read_text("utf-8")
 
 
 def _schema_args(p: argparse.ArgumentParser) -> None:
