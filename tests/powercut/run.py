@@ -166,6 +166,7 @@ def run(base: str, *, cuts: int = 30, seed: int = 1, variant: str = "correct",
                          stderr=os.path.join(logs, f"stderr-{k}.txt"))
             os.close(wfd)
             start = time.monotonic()
+            cut_at = float("inf")  # a chosen cut: the workload logs when it issued it
             how = method
             try:
                 if cut is None or not _wait_for(rfd, b"C", start + CHOSEN_TIMEOUT):
@@ -174,8 +175,8 @@ def run(base: str, *, cuts: int = 30, seed: int = 1, variant: str = "correct",
                     else:
                         time.sleep(max(0.0, start + rnd.uniform(*RANDOM_CUT)
                                        - time.monotonic()))
+                    cut_at = time.monotonic()
                     shutdown(disk.mnt)
-                cut_at = time.monotonic()
                 time.sleep(rnd.uniform(*AFTER_CUT))
             finally:
                 wstatus = _kill_group(pid)
@@ -193,7 +194,11 @@ def run(base: str, *, cuts: int = 30, seed: int = 1, variant: str = "correct",
                 with open(os.path.join(logs, f"stderr-{k}.txt"), errors="replace") as f:
                     found.append(f"cut {k} ({how}): the workload died by itself: "
                                  f"{f.read()[-1500:]}")
-            for e in check.read_acks(errs):
+            errors = check.read_acks(errs)
+            cut_at = min([cut_at, *(e["t"] for e in errors if e.get("cut"))])
+            for e in errors:
+                if e.get("cut"):
+                    continue
                 if e["t"] < cut_at:
                     found.append(f"cut {k} ({how}): workload error before the cut: "
                                  f"{e['error']}")
