@@ -29,6 +29,8 @@ import time
 from collections import Counter
 from typing import Any
 
+from tests.torture.kills import _die_with_parent
+
 from . import check, workload
 from .disk import Ext4, HarnessError, shutdown
 
@@ -51,6 +53,7 @@ def _child(fn: Any, *args: Any, stderr: str | None = None, **kw: Any) -> int:
         code = 1
         try:
             os.setpgid(0, 0)
+            _die_with_parent()  # never a workload left running on the mount
             if stderr is not None:
                 fd = os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
                 os.dup2(fd, 2)
