@@ -294,49 +294,39 @@ def continuation(s: Session, *, at: float) -> tuple[Session, list[dict[str, Any]
     """The begin change of ``continue_run``: the parked run's record (its last checkpoint, the
     items trimmed to it) with the human's answer to each of its parked calls; a "did not run"
     answer is marked re-run here (``fsdurable review --rerun`` then refuses it)."""
-    from ._model import REVIEW
-    from ._review import ANSWERS, DID_NOT_RUN
+    from . import _review
     from .openai_agents import RAN_TEXT, record, trimmed, with_record
 
     rec = record(s)
     tid = rec.get("turn_id")
-    calls = [c for k in (REVIEW, "review_closed") for c in _calls(s.metadata.get(k))
-             if c.get("turn_id") == tid]
+    calls = [c for c in _review._closed_or_open_calls(s) if c.get("turn_id") == tid]
     if not tid or not calls:
         raise TurnStateError(f"session {s.id!r} has no run parked for review to continue",
                              session_id=s.id, reason="nothing_to_continue")
-    given = s.metadata.get(ANSWERS)
-    given = dict(given) if isinstance(given, dict) else {}
+    given = _review._answers(s)
     answers, waiting = [], []
     for c in calls:
-        cid = str(c.get("tool_call_id"))
-        a = given.get(cid)
+        cid, key = str(c.get("tool_call_id")), _review._key(c)
+        a = given.get(key)
         if not isinstance(a, dict):
             waiting.append(cid)
             continue
-        ran = a.get("answer") != DID_NOT_RUN or "rerun_at" in a
+        ran = a.get("answer") != _review.DID_NOT_RUN or "rerun_at" in a
         answers.append({"call_id": cid, "tool": c.get("tool"),
-                        "arguments": c.get("arguments") or {}, "answer":
-                        "ran" if ran else "did_not_run",
+                        "arguments": c.get("arguments") or {},
+                        "answer": "ran" if ran else "did_not_run",
                         "text": a.get("rerun_result") or RAN_TEXT})
         if not ran:
-            given[cid] = {**a, "rerun_at": at, "rerun_result": "run again by continue_run"}
+            given[key] = {**a, "rerun_at": at, "rerun_result": "run again by continue_run"}
     if waiting:
         raise TurnStateError(f"session {s.id!r}: parked call(s) {', '.join(waiting)} wait for "
                              f"a human's answer (fsdurable review {s.id} --ran / "
                              "--did-not-run)", session_id=s.id, reason="review_pending")
     turn = s.turn
     assert turn is not None
-    s = attrs.evolve(s, metadata={**s.metadata, ANSWERS: given})
+    s = attrs.evolve(s, metadata={**s.metadata, _review.ANSWERS: given})
     s = with_record(trimmed(s), run={**rec, "turn_id": turn.id, "answers": answers})
     return s, answers
-
-
-def _calls(rr: Any) -> list[dict[str, Any]]:
-    calls = rr.get("calls") if isinstance(rr, dict) else None
-    if not isinstance(calls, list):
-        return []
-    return [{"turn_id": rr.get("turn_id"), **c} for c in calls if isinstance(c, dict)]
 
 
 async def start_of(d: Driver, agent: Any, rec: Mapping[str, Any]) -> Any:
