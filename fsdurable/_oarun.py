@@ -47,7 +47,7 @@ Storage = Any  # the adapter's storage functions (fsdurable.openai_agents): item
 class Driver:
     """One SDK run of one turn: the ``TurnRun`` and the SDK objects it translates.
 
-    ``store`` gives the adapter's storage functions (``items(s)``, ``record(s)``,
+    ``storage`` gives the adapter's storage functions (``items(s)``, ``record(s)``,
     ``with_record(s, **changes)``), so this module never knows how items are laid out."""
 
     def __init__(self, t: TurnRun, session: Any, storage: Storage, effects: Mapping[str, str],
