@@ -165,3 +165,26 @@ def test_doctor_shows_progress_on_a_tty(root: Path, monkeypatch: pytest.MonkeyPa
     assert main(["doctor", "--root", str(root), "--json"]) == 0
     assert "scanning" not in err2.getvalue()
     json.loads(capsys.readouterr().out)  # stdout: exactly the document
+
+
+@pytest.mark.parametrize("source", ["langgraph", "openai-agents", "pydantic-ai"])
+def test_interrupted_and_recover_name_the_same_adapter_runs(
+        source: str, root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An adapter's interrupted run: `interrupted` listed it, `recover --dry-run` (and recover)
+    left it out; now both name it, and recover says which driver's recover() resumes it."""
+    st = Store(root)
+    st.create("mine")
+    st.begin_turn("mine", "hi")
+    st.create("theirs", source=source)
+    st.begin_turn("theirs", "hi")
+    r = str(root)
+    _, out = _run(capsys, "interrupted", "--root", r, "--json")
+    listed = {d["session_id"]: d["driver"] for d in json.loads(out)["interrupted"]}
+    assert listed == {"mine": "loop", "theirs": source}
+    for argv, outcome in ((["recover", "--dry-run"], "would_leave"), (["recover"], "left")):
+        code, out = _run(capsys, *argv, "--root", r, "--json")
+        assert code == 0
+        got = {d["session_id"]: d for d in json.loads(out)["outcomes"]}
+        assert set(got) == set(listed), (argv, got)
+        assert got["theirs"]["outcome"] == outcome and source in got["theirs"]["reason"]
+    assert {m.session_id for m in st.interrupted()} == {"mine", "theirs"}  # nothing run
