@@ -446,6 +446,18 @@ def visible(idx: _Index, ns: str | None) -> Iterator[tuple[str, str, int]]:
         yield from reversed(group)
 
 
+def describe(s: Session) -> dict[str, Any]:
+    """What ``fsdurable show`` says of a LangGraph thread's session (its head only: no record is
+    read): the thread id, each namespace's latest checkpoint, the run's state."""
+    h = head_of(s)
+    run: dict[str, Any] = h["run"] if isinstance(h.get("run"), dict) else {}
+    ns: dict[str, Any] = h["ns"] if isinstance(h.get("ns"), dict) else {}
+    return {"kind": "langgraph thread", "thread_id": h.get("thread_id"),
+            "latest_checkpoints": {k: v.get("id") for k, v in sorted(ns.items())
+                                   if isinstance(v, dict)},
+            "run": run.get("state"), "run_id": run.get("run_id")}
+
+
 __all__ = ["ENDED", "FAILED", "PAUSED", "PREFIX", "RUNNING", "SOURCE", "Record", "Threads",
-           "encode_record", "head_of", "new_head", "parse_record", "thread_session_id",
+           "describe", "encode_record", "head_of", "new_head", "parse_record", "thread_session_id",
            "visible"]

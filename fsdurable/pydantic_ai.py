@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 import orjson
@@ -214,4 +215,24 @@ class FileConversationStore(ConversationStore):
         return entries
 
 
-__all__ = ["FileConversationStore"]
+def describe(store: StoreLike, s: Session, *, last: int = 20) -> dict[str, Any]:
+    """What ``fsdurable show`` says of a conversation: its message count (the history walked
+    from its head, each entry one message) and its last ``last`` messages, in brief."""
+    conversations = FileConversationStore(store)
+    record = conversations._fs_record_of(s)
+    if record is None:
+        return {"kind": "pydantic-ai conversation", "messages": 0, "last": []}
+    history = conversations._fs_history(record.head_id, None)
+    shown = []
+    for entry in history[-last:]:
+        msg = entry.message
+        text = " ".join(str(getattr(p, "content", "")) for p in msg.parts
+                        if isinstance(getattr(p, "content", None), str))
+        shown.append({"kind": msg.kind, "parts": [p.part_kind for p in msg.parts],
+                      "text": text})
+    return {"kind": "pydantic-ai conversation", "conversation_id": record.conversation_id,
+            "messages": len(history), "requests": record.usage.requests,
+            "revision": record.revision, "last": shown}
+
+
+__all__ = ["FileConversationStore", "describe"]

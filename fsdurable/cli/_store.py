@@ -43,7 +43,8 @@ def _show(args: argparse.Namespace) -> Result:
     from .._codec import session_to_dict
     from .._review import parked
 
-    s = open_store(args).load(args.session_id)
+    st = open_store(args)
+    s = _load_or_thread(st, args.session_id)
     d = session_to_dict(s)
     if isinstance(d.get("turn"), dict):  # one vocabulary: turn_id, as everywhere else
         d["turn"] = {"turn_id": d["turn"].pop("id"), **d["turn"]}
@@ -62,7 +63,68 @@ def _show(args: argparse.Namespace) -> Result:
         text = m.content if len(m.content) <= 100 else m.content[:97] + "..."
         calls = "".join(f" [{c.name}]" for c in m.tool_calls)
         lines.append(f"  {m.role:>9}: {text}{calls}")
+    adapter = _adapter(st, s)
+    if adapter is not None:
+        d["adapter"] = adapter
+        lines[2:3] = _adapter_lines(adapter)
     return 0, d, "\n".join(lines)
+
+
+def _load_or_thread(st: Any, name: str) -> Any:
+    """The session ``name``, else the LangGraph thread of that thread id (any string: its
+    session id is derived, so ``show user-42/chat-1`` finds it)."""
+    from .._errors import InvalidSessionId, SessionNotFound
+
+    try:
+        return st.load(name)
+    except (InvalidSessionId, SessionNotFound):
+        from .._lgstore import thread_session_id
+
+        thread = thread_session_id(name)
+        if thread == name or not st.exists(thread):
+            raise
+        return st.load(thread)
+
+
+def _adapter(st: Any, s: Any) -> dict[str, Any] | None:
+    """What the session's adapter says of it (each adapter's own ``describe``: this module
+    never parses their formats); None for a session of the reference loop."""
+    from .._records import driver_of
+
+    owner = driver_of(s.turn.driver if s.turn else "", s.source)
+    try:
+        if owner == "langgraph":
+            from .._lgstore import describe
+
+            return describe(s)
+        if owner == "openai-agents":
+            from ..openai_agents import describe as describe_oa
+
+            return describe_oa(s)
+        if owner == "pydantic-ai":
+            from ..pydantic_ai import describe as describe_pa
+
+            return describe_pa(st, s)
+    except ImportError as e:  # the framework is not installed here: say so, show the rest
+        return {"kind": f"{owner} session", "unread": f"{e.name} is not installed "
+                f"(pip install 'fsdurable[{owner}]' to read it)"}
+    return None
+
+
+def _adapter_lines(a: dict[str, Any]) -> list[str]:
+    if "unread" in a:
+        return [f"{a['kind']}: {a['unread']}"]
+    if a["kind"] == "langgraph thread":
+        return [f"LangGraph thread {a['thread_id']!r}: run {a['run']}"
+                + (f" ({a['run_id']})" if a.get("run_id") else ""),
+                *(f"  latest checkpoint{' of ' + repr(ns) if ns else ''}: {cid}"
+                  for ns, cid in a["latest_checkpoints"].items())]
+    if a["kind"] == "openai-agents session":
+        return [f"Agents SDK session: {a['items']} items"
+                + (f", run {a['run']}" if a.get("run") else "")]
+    lines = [f"Pydantic AI conversation: {a['messages']} messages"]
+    lines += [f"  {m['kind']:>9}: {m['text'][:100]}" for m in a.get("last", [])]
+    return lines
 
 
 def _events_args(p: argparse.ArgumentParser) -> None:
