@@ -197,11 +197,13 @@ def test_a_thread_deleted_and_restarted_elsewhere_is_never_read_from_old_records
     starts it again under the same id (its records are numbered from 1 again)."""
     here, there = FsDurableSaver(root), FsDurableSaver(root)
     cp = generate_checkpoint(channel_values={"who": "old"}, channel_versions={"who": 1})
+    cp["updated_channels"] = ["who"]  # no node left to run: no graph run stays open
     here.put(_cfg("t"), cp, generate_metadata(step=0), {"who": 1})
     got = here.get_tuple(_cfg("t"))
     assert got is not None and got.checkpoint["channel_values"] == {"who": "old"}
     there.delete_thread("t")
     cp2 = generate_checkpoint(channel_values={"who": "new"}, channel_versions={"who": 1})
+    cp2["updated_channels"] = ["who"]
     there.put(_cfg("t"), cp2, generate_metadata(step=0), {"who": 1})
     got = here.get_tuple(_cfg("t"))
     assert got is not None and got.checkpoint["id"] == cp2["id"]
@@ -221,3 +223,89 @@ def test_prune_beside_a_running_graph_keeps_writes_that_came_before_their_checkp
     tup = saver.get_tuple(_cfg("t"))
     assert tup is not None and tup.checkpoint["id"] == nxt["id"]
     assert [w[1:] for w in tup.pending_writes or []] == [("x", 1)]
+
+
+# ---------------------------------------------------------------------- issue 19: adoption
+
+
+def test_from_conn_string_is_a_context_manager_and_a_thread_describes_itself(
+        tmp_path: Path) -> None:
+    from fsdurable._lgstore import describe
+
+    with FsDurableSaver.from_conn_string(str(tmp_path / "s")) as saver:
+        graph = lg_cases.build("steps", saver)
+        assert graph.invoke({"n": 1}, {"configurable": {"thread_id": "user-42/chat"}}) \
+            == {"n": 17}
+        s = saver.store.load(thread_session_id("user-42/chat"))
+    d = describe(s)
+    assert (d["thread_id"], d["run"], d["in_progress"]) == ("user-42/chat", "ended", False)
+    assert set(d["checkpoints"]) == {""} and d["records"] > 3
+
+
+def test_durability_exit_is_warned_once_per_process(root: Path) -> None:
+    from fsdurable import _lgruns
+    from fsdurable.langgraph import ExitDurabilityWarning
+
+    _lgruns._warned_exit = False
+    graph = lg_cases.build("steps", FsDurableSaver(root))
+    with pytest.warns(ExitDurabilityWarning, match="nothing for fsdurable.langgraph.recover"):
+        graph.invoke({"n": 1}, {"configurable": {"thread_id": "a"}}, durability="exit")
+    graph.invoke({"n": 1}, {"configurable": {"thread_id": "b"}}, durability="exit")  # once
+
+
+def test_an_unattended_run_refuses_deny_listed_and_approval_tools_attended_asks(
+        root: Path) -> None:
+    """Attendance is decided when the code runs: ``attended()`` around the live caller's
+    invoke; without it a deny-listed tool is refused (``tool_refused``) and an approval too."""
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langchain_core.tools import tool
+    from langgraph.graph import MessagesState
+    from langgraph.prebuilt import tools_condition
+
+    from fsdurable.langgraph import attended, tool_node
+
+    ran: list[str] = []
+
+    @tool
+    def shell(cmd: str) -> str:
+        """Run a command."""
+        ran.append(cmd)
+        return "ok"
+
+    @tool
+    def publish(post: str) -> str:
+        """Publish a post."""
+        ran.append(post)
+        return "published"
+
+    from .lg_graph import ScriptedChat
+
+    replies = [AIMessage("", id="a0", tool_calls=[
+        {"id": "c-shell", "name": "shell", "args": {"cmd": "ls"}},
+        {"id": "c-pub", "name": "publish", "args": {"post": "hi"}}]), AIMessage("end", id="a1")]
+
+    def build(approve: Any) -> Any:
+        model = ScriptedChat(responses=replies)
+        g = StateGraph(MessagesState)
+        g.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
+        g.add_node("tools", tool_node([shell, publish], effects={"shell": "external",
+                                                                  "publish": "external"},
+                                      approval={"publish"}, approve=approve))
+        g.add_edge(START, "agent")
+        g.add_conditional_edges("agent", tools_condition)
+        g.add_edge("tools", "agent")
+        return g.compile(checkpointer=saver)
+
+    saver = FsDurableSaver(root)
+    asked: list[str] = []
+    graph = build(lambda ctx, req: asked.append(req.name) is None)
+    graph.invoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "u"}})
+    assert ran == [] and asked == []  # nobody present: both refused, nobody asked
+    refused = {(e.detail["tool"], e.reason) for e in saver.store.events(thread_session_id("u"))
+               if e.code == "tool_refused"}
+    assert refused == {("shell", "unattended_deny"), ("publish", "approval_denied")}
+    with attended():
+        graph.invoke({"messages": [HumanMessage("go")]}, {"configurable": {"thread_id": "a"}})
+    assert ran == ["ls", "hi"] and asked == ["publish"]
+    s = saver.store.load(thread_session_id("a"))
+    assert [m.content for m in s.messages if m.role == "assistant"] == ["end"]  # the reply
