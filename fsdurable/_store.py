@@ -35,6 +35,7 @@ from ._layout import (
     default_root,
     new_id,
     own_id,
+    real_root,
     state_dir,
     validate_node_id,
     validate_session_id,
@@ -62,7 +63,7 @@ class Store:
                  config: Config = DEFAULT_CONFIG, node_id: str | None = None,
                  clock: Callable[[], float] = time.time, create: bool = True) -> None:
         raw = os.fspath(root) if root is not None else default_root()
-        self.layout = Layout(os.path.realpath(raw))
+        self.layout = Layout(real_root(raw))
         self.root = self.layout.root
         self.config = config
         self.clock = clock
@@ -72,6 +73,10 @@ class Store:
         self._held = _thread._local()  # threading.local, likewise
         self._locks: Any = None
         self._log: ev.EventLog | None = None
+        # the narrow view of this store the one commit function works over
+        self._ctx = _commit.Context(layout=self.layout, config=config, clock=clock,
+                                    cache=self._cache, node=lambda: self.node_id,
+                                    ident=self._disk_ident, marker=self._marker_raw)
         # why fsdurable.json could not be read at open (None: it could); see _open
         self.manifest_problem: str | None = None
         self.manifest = self._open(create)
@@ -133,8 +138,8 @@ class Store:
             return None
 
     def events(self, session_id: str | None = None) -> list[Event]:
-        """Every node's events (optionally one session's), oldest first."""
-        return self.log.read(session_id)
+        """Every node's events (optionally one session's, a validated id), oldest first."""
+        return self.log.read(None if session_id is None else validate_session_id(session_id))
 
     def prune_events(self, *, now: float | None = None) -> dict[str, Any]:
         """Apply ``Config.event_retention`` to this node's event log: remove its day files older
@@ -338,7 +343,7 @@ class Store:
     def _commit_locked(self, new: Session, base: int, *, at_least: int = 0,
                        owner: str | None = None, base_commit_id: str | None = None) -> Session:
         """THE commit (``_commit.commit_locked``), under the session's commit lock."""
-        return _commit.commit_locked(self, new, base, at_least=at_least, owner=owner,
+        return _commit.commit_locked(self._ctx, new, base, at_least=at_least, owner=owner,
                                      base_commit_id=base_commit_id)
 
     def commit(self, new: Session, base_version: int, *, at_least: int = 0,
