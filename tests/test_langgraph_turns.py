@@ -309,3 +309,21 @@ def test_an_unattended_run_refuses_deny_listed_and_approval_tools_attended_asks(
     assert ran == ["ls", "hi"] and asked == ["publish"]
     s = saver.store.load(thread_session_id("a"))
     assert [m.content for m in s.messages if m.role == "assistant"] == ["end"]  # the reply
+
+
+def test_the_cli_names_threads_by_their_id_and_show_takes_a_thread_id(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from fsdurable.cli import main
+
+    root = tmp_path / "s"
+    lg_cases.build("steps", FsDurableSaver(root)).invoke(
+        {"n": 1}, {"configurable": {"thread_id": "user-42/chat"}})
+    capsys.readouterr()
+    assert main(["sessions", "--root", str(root), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    sid = thread_session_id("user-42/chat")
+    assert listed["langgraph_threads"] == {sid: "user-42/chat"}
+    assert main(["show", "user-42/chat", "--root", str(root), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["session_id"] == sid and shown["langgraph"]["thread_id"] == "user-42/chat"
+    assert main(["show", "no-such-thread", "--root", str(root), "--json"]) != 0
