@@ -22,7 +22,7 @@ whatever the length of the thread. Deleting records (prune, delete_for_runs) fir
 into the head's ``gone`` list (invisible from then on), then unlinks the ones no surviving
 checkpoint needs a blob from.
 
-Record file: one JSON header line (``fsdurable/schemas/lgrecord.schema.json``), then the
+Record file: one JSON header line (``schemas/lgrecord.schema.json``), then the
 payload: the serializer's typed bytes of every part, concatenated, exactly as given (crc32 in
 the header).
 """
