@@ -235,9 +235,9 @@ def test_show_understands_adapter_sessions(tmp_path: Path,
     asyncio.run(turn("ping again"))
     r = str(root)
     code, out = _run(capsys, "show", "user-42/chat 1", "--root", r, "--json")
-    a = json.loads(out)["adapter"]
-    assert code == 0 and a["kind"] == "langgraph thread" and a["thread_id"] == "user-42/chat 1"
-    assert a["run"] == "ended" and a["latest_checkpoints"][""]
+    a = json.loads(out)["langgraph"]
+    assert code == 0 and a["thread_id"] == "user-42/chat 1"
+    assert a["run"] == "ended" and a["checkpoints"][""]
     code, out = _run(capsys, "show", "user-42/chat 1", "--root", r)
     assert "LangGraph thread 'user-42/chat 1'" in out
     code, out = _run(capsys, "show", "chat-oa", "--root", r, "--json")

@@ -28,14 +28,51 @@ def _init(args: argparse.Namespace) -> Result:
     return 0, data, text
 
 
+def _threads(st: Any, ids: list[str]) -> dict[str, str]:
+    """The LangGraph thread id of each thread session (``lg-<hash>``) that can be read."""
+    from .._errors import FsDurableError
+    from .._lgstore import PREFIX, describe
+
+    out = {}
+    for sid in ids:
+        if sid.startswith(PREFIX):
+            try:
+                out[sid] = describe(st.load(sid))["thread_id"]
+            except (FsDurableError, OSError):
+                continue  # listed without its name: `fsdurable doctor` reports the file
+    return out
+
+
 @command("sessions")
 def _sessions(args: argparse.Namespace) -> Result:
-    ids = open_store(args).sessions()
-    return 0, {"sessions": ids}, "\n".join(ids) if ids else "(no sessions)"
+    st = open_store(args)
+    ids = st.sessions()
+    threads = _threads(st, ids)
+    text = "\n".join(f"{sid}  (LangGraph thread {threads[sid]!r})" if sid in threads else sid
+                     for sid in ids)
+    data: dict[str, Any] = {"sessions": ids}
+    if threads:  # a LangGraph thread's session is named lg-<hash>: here is its thread id
+        data["langgraph_threads"] = threads
+    return 0, data, text or "(no sessions)"
 
 
 def _sid_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("session_id", help="the session's id (1-128 of A-Z a-z 0-9 _ -)")
+    p.add_argument("session_id", help="the session's id (1-128 of A-Z a-z 0-9 _ -), or a "
+                   "LangGraph thread id")
+
+
+def _load_named(st: Any, name: str) -> Any:
+    """A session by its id, or a LangGraph thread's session by its thread id."""
+    from .._errors import InvalidSessionId, SessionNotFound
+    from .._lgstore import thread_session_id
+
+    try:
+        return st.load(name)
+    except (SessionNotFound, InvalidSessionId):
+        alt = thread_session_id(name)
+        if not st.exists(alt):
+            raise
+        return st.load(alt)
 
 
 @command("show", args=_sid_args)
@@ -44,7 +81,7 @@ def _show(args: argparse.Namespace) -> Result:
     from .._review import parked
 
     st = open_store(args)
-    s = _load_or_thread(st, args.session_id)
+    s = _load_named(st, args.session_id)
     d = session_to_dict(s)
     if isinstance(d.get("turn"), dict):  # one vocabulary: turn_id, as everywhere else
         d["turn"] = {"turn_id": d["turn"].pop("id"), **d["turn"]}
@@ -56,6 +93,16 @@ def _show(args: argparse.Namespace) -> Result:
                  f"attempts {s.turn.resume_attempts}")
     lines = [f"session {s.id}  version {s.version}  source {s.source}  route {s.route_key}",
              state, f"{len(s.messages)} messages"]
+    if "langgraph" in s.metadata:
+        from .._errors import UnreadableState
+        from .._lgstore import describe
+
+        try:
+            d["langgraph"] = lg = describe(s)
+            lines.insert(1, f"LangGraph thread {lg['thread_id']!r}, run {lg['run']}, "
+                         f"{lg['records']} records")
+        except UnreadableState:
+            pass
     if d["review_required"]:
         lines.append(f"PARKED FOR REVIEW: {len(d['review_required'])} call(s) may or may not "
                      f"have run (fsdurable review {s.id})")
@@ -66,37 +113,20 @@ def _show(args: argparse.Namespace) -> Result:
     adapter = _adapter(st, s)
     if adapter is not None:
         d["adapter"] = adapter
-        lines[2:3] = _adapter_lines(adapter)
+        lines[lines.index(f"{len(s.messages)} messages")] = _adapter_line(adapter)
+        if adapter.get("last"):
+            lines += [f"  {m['kind']:>9}: {m['text'][:100]}" for m in adapter["last"]]
     return 0, d, "\n".join(lines)
 
 
-def _load_or_thread(st: Any, name: str) -> Any:
-    """The session ``name``, else the LangGraph thread of that thread id (any string: its
-    session id is derived, so ``show user-42/chat-1`` finds it)."""
-    from .._errors import InvalidSessionId, SessionNotFound
-
-    try:
-        return st.load(name)
-    except (InvalidSessionId, SessionNotFound):
-        from .._lgstore import thread_session_id
-
-        thread = thread_session_id(name)
-        if thread == name or not st.exists(thread):
-            raise
-        return st.load(thread)
-
-
 def _adapter(st: Any, s: Any) -> dict[str, Any] | None:
-    """What the session's adapter says of it (each adapter's own ``describe``: this module
-    never parses their formats); None for a session of the reference loop."""
+    """What an Agents SDK or Pydantic AI session's adapter says of it (each adapter's own
+    ``describe``: this module parses no adapter format); None for any other session (a
+    LangGraph thread's head is described above)."""
     from .._records import driver_of
 
     owner = driver_of(s.turn.driver if s.turn else "", s.source)
     try:
-        if owner == "langgraph":
-            from .._lgstore import describe
-
-            return describe(s)
         if owner == "openai-agents":
             from ..openai_agents import describe as describe_oa
 
@@ -111,20 +141,13 @@ def _adapter(st: Any, s: Any) -> dict[str, Any] | None:
     return None
 
 
-def _adapter_lines(a: dict[str, Any]) -> list[str]:
+def _adapter_line(a: dict[str, Any]) -> str:
     if "unread" in a:
-        return [f"{a['kind']}: {a['unread']}"]
-    if a["kind"] == "langgraph thread":
-        return [f"LangGraph thread {a['thread_id']!r}: run {a['run']}"
-                + (f" ({a['run_id']})" if a.get("run_id") else ""),
-                *(f"  latest checkpoint{' of ' + repr(ns) if ns else ''}: {cid}"
-                  for ns, cid in a["latest_checkpoints"].items())]
+        return f"{a['kind']}: {a['unread']}"
     if a["kind"] == "openai-agents session":
-        return [f"Agents SDK session: {a['items']} items"
-                + (f", run {a['run']}" if a.get("run") else "")]
-    lines = [f"Pydantic AI conversation: {a['messages']} messages"]
-    lines += [f"  {m['kind']:>9}: {m['text'][:100]}" for m in a.get("last", [])]
-    return lines
+        return f"Agents SDK session: {a['items']} items" + (
+            f", run {a['run']}" if a.get("run") else "")
+    return f"Pydantic AI conversation: {a['messages']} messages"
 
 
 def _events_args(p: argparse.ArgumentParser) -> None:
