@@ -5,6 +5,7 @@ node's entry, and a newer format is left in place (``needs_newer``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from fsdurable import Store, recover
 from fsdurable import _events as ev
 from fsdurable._codec import encode_marker
+from fsdurable._errors import UnreadableState
 from fsdurable._model import Marker
 
 from .conftest import DATA
@@ -62,3 +64,61 @@ def test_recovery_migrates_an_older_session_through_the_gate(
     assert not s.in_progress and s.version == 6 and s.metadata["title"] == "Train"
     assert _raw_format(root, V2_ID) != "fsdurable.session/2"
     assert [c["tool_call_id"] for c in s.metadata["review_required"]["calls"]] == ["call_1"]
+
+
+def _untouched(root: Path, path: Path, raw: bytes, events: list[Any]) -> None:
+    assert path.read_bytes() == raw  # left in place, as it is
+    q = root / "quarantine"
+    assert not q.exists() or list(q.iterdir()) == []
+    assert ev.FILE_QUARANTINED not in [x.code for x in events]
+
+
+NEWER_PYDANTIC = {
+    "part_kind": lambda doc: {**doc, "message": {**doc["message"], "parts": [
+        {"part_kind": "hologram", "content": "a part kind of a newer pydantic-ai"}]}},
+    "entry_format": lambda doc: {**doc, "format": "fsdurable.pydantic_ai.entry/2"},
+    "entry_kind": lambda doc: {**doc, "kind": "summary"},
+}
+
+
+@pytest.mark.parametrize("newer", sorted(NEWER_PYDANTIC))
+def test_a_read_leaves_a_newer_pydantic_ai_entry_in_place(root: Path, newer: str) -> None:
+    """Issue 17 item 21: another node, on a newer pydantic-ai or fsdurable, wrote an entry this
+    one cannot read; reading the conversation reports it (``needs_newer``) and moves nothing —
+    the newer node still finds its own entry."""
+    from fsdurable.pydantic_ai import FileConversationStore
+
+    from .test_pydantic_ai import chat, run
+
+    fs = Store(root)
+    conv = FileConversationStore(fs)
+    run(chat(conv, "c", ["hi"]))
+    head = run(conv.load_entries("c"))[-1]
+    path = root / "entries" / "pydantic_ai" / f"{head.id}.json"
+    raw = json.dumps(NEWER_PYDANTIC[newer](json.loads(path.read_bytes()))).encode()
+    path.write_bytes(raw)
+    for _ in range(2):  # and again: a read never changes what the next read meets
+        with pytest.raises(UnreadableState) as got:
+            run(conv.load("c"))
+        assert got.value.reason == "needs_newer", got.value
+    _untouched(root, path, raw, fs.events())
+
+
+def test_a_read_leaves_a_newer_claude_batch_in_place(root: Path) -> None:
+    """Issue 17 item 21: a batch of a newer batch format (another node's newer fsdurable) is
+    ``needs_newer``; reading the transcript leaves it in place."""
+    from fsdurable.claude import FileSessionStore
+
+    fs = Store(root)
+    st = FileSessionStore(fs)
+    key = {"project_key": "proj", "session_id": "sess"}
+    asyncio.run(st.append(key, [{"type": "x", "uuid": "1"}]))
+    [path] = (root / "entries" / "claude").iterdir()
+    raw = json.dumps({"format": "fsdurable.claude.batch/2", "id": path.stem,
+                      "entries": {"chunks": []}}).encode()
+    path.write_bytes(raw)
+    for _ in range(2):
+        with pytest.raises(UnreadableState) as got:
+            asyncio.run(st.load(key))
+        assert got.value.reason == "needs_newer", got.value
+    _untouched(root, path, raw, fs.events())
