@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from fsdurable import Store, recover
@@ -18,6 +19,7 @@ from fsdurable import _events as ev
 from fsdurable._codec import encode_marker
 from fsdurable._errors import UnreadableState
 from fsdurable._model import Marker
+from fsdurable._sync import resolve
 
 from .conftest import DATA
 
@@ -122,3 +124,34 @@ def test_a_read_leaves_a_newer_claude_batch_in_place(root: Path) -> None:
             asyncio.run(st.load(key))
         assert got.value.reason == "needs_newer", got.value
     _untouched(root, path, raw, fs.events())
+
+
+@pytest.mark.parametrize("keep", ["newest", "local"])
+def test_resolve_never_moves_a_newer_nodes_copy(root: Path, keep: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 17 item 22: an upgraded node's later commit arrives as a conflict copy in a session
+    format this fsdurable cannot read. ``resolve`` must not keep the older local commit and
+    quarantine the newer one: it refuses (``needs_newer``) and moves nothing."""
+    from fsdurable._codec import encode_session
+    from fsdurable.cli import main
+
+    st = Store(root)
+    st.create("s1")
+    local = st.end_turn(st.begin_turn("s1", "hello"), "local reply")
+    newer = json.loads(encode_session(attrs.evolve(local, version=4,
+                                                   updated_at=local.updated_at + 60)))
+    newer["format"] = "fsdurable.session/99"  # written by a newer fsdurable on the far node
+    copy = root / "sessions" / "s1.sync-conflict-20261129-101010-ABCDEFG.json"
+    raw = json.dumps(newer).encode()
+    copy.write_bytes(raw)
+    own = (root / "sessions" / "s1.json").read_bytes()
+    with pytest.raises(UnreadableState) as got:
+        resolve(st, "s1", keep=keep)
+    assert got.value.reason == "needs_newer"
+    capsys.readouterr()
+    assert main(["resolve", "s1", "--keep", keep, "--root", str(root)]) != 0
+    assert "newer" in capsys.readouterr().err
+    assert copy.read_bytes() == raw and (root / "sessions" / "s1.json").read_bytes() == own
+    q = root / "quarantine"
+    assert not q.exists() or list(q.iterdir()) == []
+    assert ev.CONFLICT_RESOLVED not in [e.code for e in st.events("s1")]
