@@ -60,7 +60,7 @@ def _key(c: Mapping[str, Any]) -> str:
 def _answers(s: Session) -> dict[str, Any]:
     """The session's answers, each keyed by its call's turn and id and naming both
     (``turn_id``, ``tool_call_id``). An answer an older fsdurable keyed by the call id alone
-    belongs to the one call of that id parked before it was given (``_owner``), and is read —
+    belongs to the one call of that id parked before it was given (``_owners``), and is read —
     and rewritten at the next answer — under that call's key; one that cannot be told apart
     stays under its old key, carried by no call (doctor reports it: ``ambiguous_answers``)."""
     raw = s.metadata.get(ANSWERS)
