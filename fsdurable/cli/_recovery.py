@@ -88,7 +88,30 @@ def _recover(args: argparse.Namespace) -> Result:
                                  dry_run=bool(args.dry_run))
     header = ["session", "verdict", "age", "attempts", "node", "outcome"]
     text = table(_rows(data, outcome=True), header) if data else "(no interrupted turns)"
+    if not args.dry_run:
+        text += _parked(st, data)
     return 0, {"dry_run": bool(args.dry_run), "outcomes": data}, text
+
+
+def _parked(st: Any, data: list[dict[str, Any]]) -> str:
+    """A line for each abandoned turn whose in-doubt calls went to the review queue (they may
+    have run: a human answers them with ``fsdurable review``)."""
+    from .._errors import FsDurableError
+    from .._review import parked
+
+    lines = []
+    for d in data:
+        if d["outcome"] != "abandoned":
+            continue
+        try:
+            calls = [c for c in parked(st.load(d["session_id"]))
+                     if c.get("turn_id") == d["turn_id"] and c["answer"] is None]
+        except FsDurableError:
+            continue
+        if calls:
+            lines.append(f"\n{d['session_id']}: {len(calls)} call(s) of the abandoned turn may "
+                         f"have run and wait for review (fsdurable review {d['session_id']})")
+    return "".join(lines)
 
 
 def _dry_run(st: Any) -> list[dict[str, Any]] | None:
