@@ -417,5 +417,12 @@ async def recover(agent: Any, store: StoreLike = None,
     host = _Host(agent, astore, _effects(effects), debounce, hooks, runner_kwargs)
     return await arecover(astore.store, host, policy, select=select)
 
+def describe(s: Session) -> dict[str, Any]:
+    """What ``fsdurable show`` says of an Agents SDK session (its metadata only; no framework
+    import): how many items it holds, and its run record's state if a run is recorded."""
+    return {"kind": "openai-agents session", "items": len(items(s)),
+            "run": record(s).get("state")}
+
+
 __all__ = ["DurableStream", "FileSession", "RunOutcome", "continue_run", "current_call",
-           "paused_state", "recover", "run", "run_streamed"]
+           "describe", "paused_state", "recover", "run", "run_streamed"]
