@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 import orjson
@@ -44,6 +45,8 @@ from ._async import StoreLike, as_store
 from ._errors import ConflictError, SessionNotFound, UnreadableState
 from ._layout import validate_session_id
 from ._model import Session
+from ._pydantic_history import paused as paused_calls
+from ._pydantic_run import DurableRun, FsDurableAgent, RunOutcome, recover, tool_context
 
 KEY = "pydantic_ai"  # the session metadata key this adapter owns, and its entries' directory
 SOURCE = "pydantic-ai"
@@ -214,4 +217,17 @@ class FileConversationStore(ConversationStore):
         return entries
 
 
-__all__ = ["FileConversationStore"]
+def history(store: StoreLike, session_id: str) -> list[Any]:
+    """The message history (``ModelMessage`` list) a durable run keeps in session
+    ``session_id`` ([] if it has none)."""
+    from ._pydantic_history import messages
+
+    st = as_store(store)
+    try:
+        return list(messages(st.load(validate_session_id(session_id))))
+    except SessionNotFound:
+        return []
+
+
+__all__ = ["DurableRun", "FileConversationStore", "FsDurableAgent", "RunOutcome", "history",
+           "paused_calls", "recover", "tool_context"]

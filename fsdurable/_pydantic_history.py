@@ -1,0 +1,116 @@
+"""Where a durable Pydantic AI run keeps its conversation: small functions over one session.
+
+The session ``<id>`` (source ``pydantic-ai``) holds, under ``metadata["pydantic_ai_run"]``:
+
+- ``messages``: the conversation's message history as Pydantic AI serialises it
+  (``ModelMessagesTypeAdapter``, JSON mode) — as of the last checkpoint while a run is in
+  progress, the whole conversation once it is over;
+- ``run``: the run in progress — its prompt and whether the history already holds this run's
+  first request (``started``: a resume then sends no prompt);
+- ``paused``: the tool calls a run paused on (``DeferredToolRequests``: approvals and deferred
+  calls, each ``tool_call_id``, ``tool_name``, ``args``) until a human answers them.
+
+Every function here returns a pure ``Session -> Session`` change for the turn protocol (applied
+in a read-modify-write commit, maybe more than once); encoding happens once, outside it. Only
+this module knows the layout, so a change of how conversations are stored is made here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+from pydantic_ai import DeferredToolRequests
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+
+from ._errors import InvalidState, UnreadableState
+from ._model import Session
+from ._turns import Change
+
+KEY = "pydantic_ai_run"
+
+
+def _ns(s: Session) -> dict[str, Any]:
+    raw = s.metadata.get(KEY)
+    return dict(raw) if isinstance(raw, dict) else {}
+
+
+def _set(**changes: Any) -> Change:
+    """A change that sets (None: removes) keys of this driver's metadata."""
+    def change(s: Session) -> Session:
+        ns = _ns(s)
+        for k, v in changes.items():
+            if v is None:
+                ns.pop(k, None)
+            else:
+                ns[k] = v
+        return attrs.evolve(s, metadata={**s.metadata, KEY: ns})
+
+    return change
+
+
+def encode(messages: Sequence[ModelMessage]) -> list[Any]:
+    return list(ModelMessagesTypeAdapter.dump_python(list(messages), mode="json"))
+
+
+def messages(s: Session) -> list[ModelMessage]:
+    """The session's stored history ([] for a new conversation)."""
+    raw = _ns(s).get("messages")
+    if raw is None:
+        return []
+    try:
+        return list(ModelMessagesTypeAdapter.validate_python(raw))
+    except ValueError as e:
+        raise UnreadableState(f"session {s.id!r} holds no valid Pydantic AI history: {e}",
+                              session_id=s.id, reason="bad_history") from e
+
+
+def record(s: Session) -> dict[str, Any]:
+    """The run record of the run in progress ({} if none)."""
+    raw = _ns(s).get("run")
+    return dict(raw) if isinstance(raw, dict) else {}
+
+
+def paused(s: Session) -> dict[str, Any] | None:
+    """The tool calls the session's last run paused on (None if it did not pause)."""
+    raw = _ns(s).get("paused")
+    return dict(raw) if isinstance(raw, dict) else None
+
+
+def begin_record(prompt: Any) -> Change:
+    """The run record committed with the turn's begin (before any model request)."""
+    if prompt is not None and not isinstance(prompt, str):
+        raise InvalidState("a durable Pydantic AI run's prompt is a string (or None to go on "
+                           "from the history)", reason="bad_prompt")
+    return _set(run={"prompt": prompt, "started": False}, paused=None)
+
+
+def checkpoint_record(history: Sequence[ModelMessage]) -> Change:
+    """A node boundary: the history as a resume must see it."""
+    data = encode(history)
+
+    def change(s: Session) -> Session:
+        rec = {**record(s), "started": True}
+        return _set(messages=data, run=rec)(s)
+
+    return change
+
+
+def end_record(history: Sequence[ModelMessage]) -> Change:
+    """The run is over: the whole conversation kept, the run record gone."""
+    return _set(messages=encode(history), run=None)
+
+
+def paused_record(history: Sequence[ModelMessage], requests: DeferredToolRequests) -> Change:
+    """The run waits for a human: the history and what it waits on."""
+    def calls(parts: Sequence[Any]) -> list[dict[str, Any]]:
+        return [{"tool_call_id": p.tool_call_id, "tool_name": p.tool_name,
+                 "args": p.args_as_dict()} for p in parts]
+
+    return _set(messages=encode(history), run=None,
+                paused={"approvals": calls(requests.approvals), "calls": calls(requests.calls)})
+
+
+__all__ = ["KEY", "begin_record", "checkpoint_record", "encode", "end_record", "messages",
+           "paused", "paused_record", "record"]
