@@ -112,9 +112,12 @@ class AsyncStore:
 
     async def begin_turn(self, session_id: str, content: str | None = None, *,
                          role: str = "user", turn_id: str | None = None,
-                         route_key: str | None = None) -> Session:
+                         route_key: str | None = None,
+                         change: Callable[[Session], Session] | None = None,
+                         detail: dict[str, Any] | None = None) -> Session:
         return await run_sync(self.store.begin_turn, session_id, content, role=role,
-                              turn_id=turn_id, route_key=route_key)
+                              turn_id=turn_id, route_key=route_key, change=change,
+                              detail=detail)
 
     async def checkpoint(self, session: Session, *, phase: str | None = None) -> Session:
         return await run_sync(self.store.checkpoint, session, phase=phase)
@@ -122,8 +125,8 @@ class AsyncStore:
     async def end_turn(self, session: Session, reply: str | None = None) -> Session:
         return await run_sync(self.store.end_turn, session, reply)
 
-    async def cancel(self, session_id: str) -> Session:
-        return await run_sync(self.store.cancel, session_id)
+    async def cancel(self, session_id: str, *, turn_id: str | None = None) -> Session:
+        return await run_sync(self.store.cancel, session_id, turn_id=turn_id)
 
     async def abandon_turn(self, session_id: str, turn_id: str, *, reason: str,
                            **detail: Any) -> Session | None:

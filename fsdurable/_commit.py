@@ -5,7 +5,8 @@ crash point. The steps, in order: compare-and-swap on the commit's identity, the
 the turn is in progress and the one on disk does not already say the same), the session, the
 marker's removal (when not in progress). ``Store`` calls it under the session's commit lock
 (``Store.commit``, ``Store.patch``); the repair gate and the quarantine restore too, and nothing
-else writes a session file. It learns what is on disk through the store's ``FileCache``.
+else writes a session file. It works over a narrow ``Context`` — the layout, the config, the
+clock, the node, the store's ``FileCache`` and two reads — never over the ``Store`` itself.
 """
 
 from __future__ import annotations
@@ -21,12 +22,32 @@ from ._records import Marker
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any, TypeVar
 
+    from ._config import Config
+    from ._filecache import FileCache
+    from ._layout import Layout
     from ._model import Session
-    from ._store import Store
 
     _T = TypeVar("_T")
+
+
+class Context:
+    """What the commit function needs of a store, and nothing more: where the files are
+    (``layout``), the limits and durability (``config``), the time of a commit (``clock``), the
+    node a new turn belongs to (``node()``), what this process saw of each file (``cache``), the
+    identity of the commit on disk (``ident(sid) -> (version, commit id)``, re-read only when
+    its stat changed) and the marker on disk (``marker(sid)``, UnreadableState if bad)."""
+
+    __slots__ = ("cache", "clock", "config", "ident", "layout", "marker", "node")
+
+    def __init__(self, *, layout: Layout, config: Config, clock: Callable[[], float],
+                 cache: FileCache, node: Callable[[], str],
+                 ident: Callable[[str], tuple[int, str]],
+                 marker: Callable[[str], Marker | None]) -> None:
+        self.layout, self.config, self.clock, self.cache = layout, config, clock, cache
+        self.node, self.ident, self.marker = node, ident, marker
 
 
 def evolve(inst: _T, **changes: Any) -> _T:
@@ -38,7 +59,7 @@ def evolve(inst: _T, **changes: Any) -> _T:
     return new
 
 
-def commit_locked(store: Store, new: Session, base: int, *, at_least: int = 0,
+def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
                   owner: str | None = None, base_commit_id: str | None = None) -> Session:
     """THE commit: every change to a session file goes through here, under its commit lock.
 
@@ -61,71 +82,71 @@ def commit_locked(store: Store, new: Session, base: int, *, at_least: int = 0,
     from ._codec import encode_session
 
     sid = validate_session_id(new.id)
-    disk, disk_commit = store._disk_ident(sid)
+    disk, disk_commit = ctx.ident(sid)
     want = new.commit_id if base_commit_id is None else base_commit_id
     if disk != base:
         raise ConflictError(
             f"session {sid!r} is at version {disk} on disk, not {base}",
-            session_id=sid, path=store.layout.session(sid), reason="version_mismatch",
+            session_id=sid, path=ctx.layout.session(sid), reason="version_mismatch",
             expected=base, actual=disk,
         )
     if disk and disk_commit != want:
         raise ConflictError(
             f"session {sid!r} on disk is another commit of version {disk} (commit "
             f"{disk_commit or '-'}, not {want or '-'}): replaced, e.g. by a sync tool",
-            session_id=sid, path=store.layout.session(sid), reason="commit_mismatch",
+            session_id=sid, path=ctx.layout.session(sid), reason="commit_mismatch",
             expected=base, actual=disk,
         )
-    s = evolve(new, version=max(base + 1, at_least), updated_at=store.clock(),
+    s = evolve(new, version=max(base + 1, at_least), updated_at=ctx.clock(),
                 commit_id=os.urandom(8).hex())
     m: Marker | None = None
     if s.turn is not None:
-        m, s = marker_due(store, sid, s, owner)
+        m, s = marker_due(ctx, sid, s, owner)
     data = encode_session(s)
-    if len(data) > store.config.max_file_bytes:  # it could never be read back
+    if len(data) > ctx.config.max_file_bytes:  # it could never be read back
         raise InvalidState(
             f"session {sid!r} would be {len(data)} bytes, over max_file_bytes "
-            f"({store.config.max_file_bytes}): compact it", session_id=sid,
+            f"({ctx.config.max_file_bytes}): compact it", session_id=sid,
             reason="too_large")
     mdata = b""
     if m is not None:  # every marker a commit writes is one discovery reads: checked first
         mdata = encode_marker(m)
-        cap = _discovery.marker_cap(store.config.max_file_bytes)
+        cap = _discovery.marker_cap(ctx.config.max_file_bytes)
         if len(mdata) > cap:
             raise InvalidState(
                 f"the marker of session {sid!r} would be {len(mdata)} bytes, over the {cap} "
                 f"discovery reads (source {len(m.source)}, route_key {len(m.route_key)}, "
                 f"turn id {len(m.turn_id)} characters)", session_id=sid, reason="too_large")
-    mpath = store.layout.marker(sid)
+    mpath = ctx.layout.marker(sid)
     if m is not None:
         try:
-            mst = _fsio.write_atomic(mpath, mdata, durable=store.config.fsync)
+            mst = _fsio.write_atomic(mpath, mdata, durable=ctx.config.fsync)
         except DurabilityUnknown as e:  # the marker is in place; the session is not written
-            store._cache.saw_marker(sid, e.stat, m)
+            ctx.cache.saw_marker(sid, e.stat, m)
             raise StorageError(f"session {sid!r} was not committed: {e.message}",
                                path=mpath, session_id=sid, reason=e.reason,
                                errno=e.errno) from e
-        store._cache.saw_marker(sid, mst, m)
+        ctx.cache.saw_marker(sid, mst, m)
     try:
-        st = _fsio.write_atomic(store.layout.session(sid), data, durable=store.config.fsync)
+        st = _fsio.write_atomic(ctx.layout.session(sid), data, durable=ctx.config.fsync)
     except DurabilityUnknown as e:  # renamed: committed, say so (the caller never retries)
-        store._cache.saw_session(sid, e.stat, s)
+        ctx.cache.saw_session(sid, e.stat, s)
         e.session, e.session_id = s, sid
         e.message = (f"session {sid!r} was committed at version {s.version} (err.session), "
                      f"but {e.message}")
         raise
-    store._cache.saw_session(sid, st, s)
+    ctx.cache.saw_session(sid, st, s)
     # committed (the session's rename and its directory fsync are done): from here nothing
     # raises as if it had not. A marker the disk refuses to remove is an orphan, the harmless
     # reverse gap recovery and doctor repair.
     if not s.in_progress and _fsio.lstat(mpath) is not None:
         with contextlib.suppress(OSError):
-            _fsio.unlink(mpath, durable=store.config.fsync)
-        store._cache.forget_marker(sid)
+            _fsio.unlink(mpath, durable=ctx.config.fsync)
+        ctx.cache.forget_marker(sid)
     return s
 
 
-def marker_due(store: Store, sid: str, s: Session, owner: str | None
+def marker_due(ctx: Context, sid: str, s: Session, owner: str | None
                ) -> tuple[Marker | None, Session]:
     """For in-progress ``s``: (the marker to write, or None if the one on disk says the same —
     same turn, node, route, source and attempts, checkpoint within ``marker_refresh``; ``s``
@@ -136,20 +157,20 @@ def marker_due(store: Store, sid: str, s: Session, owner: str | None
     The turn's route is the one it started under (the session's if not yet set)."""
     turn = s.turn
     assert turn is not None
-    st = _fsio.lstat(store.layout.marker(sid))
+    st = _fsio.lstat(ctx.layout.marker(sid))
     cur: Marker | None = None
     if st is not None:
-        cur = store._cache.marker(sid, st)
+        cur = ctx.cache.marker(sid, st)
         if cur is None:
             try:
-                cur = store._marker_raw(sid)
+                cur = ctx.marker(sid)
             except UnreadableState as e:
                 if e.reason == "unknown_version":
                     raise  # a newer fsdurable's marker: never written over
                 cur = None  # ours, and corrupt: the rewrite below replaces it
     same_turn = cur is not None and cur.turn_id == turn.id
     node = (owner or turn.node_id or (cur.node_id if cur is not None and same_turn else None)
-            or store.node_id)
+            or ctx.node())
     route = turn.route_key or s.route_key
     if node != turn.node_id or route != turn.route_key:
         s = evolve(s, turn=evolve(turn, node_id=node, route_key=route))
@@ -160,9 +181,9 @@ def marker_due(store: Store, sid: str, s: Session, owner: str | None
             and cur.resume_attempts == turn.resume_attempts
             # a marker time ahead of the turn's (the clock stepped back since) is rewritten:
             # else the gate would judge the turn by a time from the future
-            and 0 <= turn.checkpoint_at - cur.checkpoint_at < store.config.marker_refresh):
+            and 0 <= turn.checkpoint_at - cur.checkpoint_at < ctx.config.marker_refresh):
         return None, s
     return Marker.of(s, node), s
 
 
-__all__ = ["commit_locked", "evolve", "marker_due"]
+__all__ = ["Context", "commit_locked", "evolve", "marker_due"]

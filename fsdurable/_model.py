@@ -185,10 +185,12 @@ REVIEW = "review_required"
 def review_record(turn_id: str, entries: Iterable[LedgerEntry], *, at: float, reason: str,
                   previous: object = None) -> dict[str, Any]:
     """``metadata["review_required"]`` for in-doubt ledger entries (one shape for every park);
-    calls still parked from an earlier turn (``previous``) stay in it."""
+    calls still parked from an earlier turn (``previous``) stay in it. Each call carries the
+    arguments its intent was committed with (None in an entry written before they were)."""
     calls = [{"tool_call_id": e.tool_call_id, "tool": e.name, "effect": e.effect,
               "idempotency_key": e.idempotency_key, "intent_at": e.intent_at,
-              "turn_id": turn_id, "reason": reason} for e in entries]
+              "turn_id": turn_id, "reason": reason, "arguments": e.arguments}
+             for e in entries]
     if isinstance(previous, dict) and isinstance(previous.get("calls"), list):
         calls = [{"turn_id": previous.get("turn_id"), "reason": previous.get("reason"), **c}
                  for c in previous["calls"] if isinstance(c, dict)] + calls

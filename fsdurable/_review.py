@@ -3,7 +3,7 @@
 A call is parked when recovery meets an in-doubt call it cannot safely repeat, or when a turn is
 cancelled while an effectful tool runs. The facts live in the session's
 ``metadata["review_required"]`` (``turn_id``, ``at``, ``reason``, ``calls``: tool, effect,
-idempotency key, intent time), written by the one commit function, with an event.
+arguments, idempotency key, intent time), written by the one commit function, with an event.
 
 A human answers per call: it **ran** (nothing more to do) or it **did not run**. Each answer is
 committed to the session (``metadata["review_answers"]``) and is an event (``review_answered``);
@@ -30,12 +30,17 @@ ANSWERS = "review_answers"
 RAN, DID_NOT_RUN = "ran", "did_not_run"
 
 
-def _arguments(s: Session, tool_call_id: str) -> dict[str, Any] | None:
+def _arguments(s: Session, call: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A parked call's arguments: from the transcript (the reference loop's), else from its
+    ledger entry, committed with its intent (a driver whose transcript lives in its framework:
+    Agents SDK, LangGraph). None if neither has them (a record older than both)."""
+    cid = call.get("tool_call_id")
     for m in reversed(s.messages):
         for c in m.tool_calls:
-            if c.id == tool_call_id:
+            if c.id == cid:
                 return dict(c.arguments)
-    return None
+    got = call.get("arguments")
+    return dict(got) if isinstance(got, dict) else None
 
 
 def _calls(meta: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -50,8 +55,8 @@ def _answers(meta: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def parked(s: Session) -> list[dict[str, Any]]:
-    """Every parked call of one session, each with its arguments (from the transcript), the
-    reason it was parked and the human's answer so far (None: not answered)."""
+    """Every parked call of one session, each with its arguments (the transcript's, else its
+    ledger entry's), the reason it was parked and the human's answer so far (None: not answered)."""
     rr = s.metadata.get(REVIEW)
     extra = ({"turn_id": rr.get("turn_id"), "parked_at": rr.get("at"),
               "reason": rr.get("reason") or "in_doubt"} if isinstance(rr, dict) else {})
@@ -59,7 +64,7 @@ def parked(s: Session) -> list[dict[str, Any]]:
     out = []
     for c in _calls(s.metadata):
         cid = str(c.get("tool_call_id"))
-        out.append({"session_id": s.id, **extra, **c, "arguments": _arguments(s, cid),
+        out.append({"session_id": s.id, **extra, **c, "arguments": _arguments(s, c),
                     "answer": answers.get(cid)})
     return out
 
@@ -156,7 +161,7 @@ def rerun_call(store: Store, loop: Any, session_id: str, tool_call_id: str) -> s
     ctx = ToolContext(session_id=s.id, turn_id=turn_id, tool_call_id=tool_call_id,
                       idempotency_key=key, attended=True, resumed=False,
                       is_cancelled=lambda: False)
-    result = tools[call["tool"]].fn(ctx, **(_arguments(s, tool_call_id) or {}))
+    result = tools[call["tool"]].fn(ctx, **(_arguments(s, call) or {}))
     if inspect.isawaitable(result):
         import asyncio
 

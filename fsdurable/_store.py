@@ -72,6 +72,10 @@ class Store:
         self._held = _thread._local()  # threading.local, likewise
         self._locks: Any = None
         self._log: ev.EventLog | None = None
+        # the narrow view of this store the one commit function works over
+        self._ctx = _commit.Context(layout=self.layout, config=config, clock=clock,
+                                    cache=self._cache, node=lambda: self.node_id,
+                                    ident=self._disk_ident, marker=self._marker_raw)
         # why fsdurable.json could not be read at open (None: it could); see _open
         self.manifest_problem: str | None = None
         self.manifest = self._open(create)
@@ -338,7 +342,7 @@ class Store:
     def _commit_locked(self, new: Session, base: int, *, at_least: int = 0,
                        owner: str | None = None, base_commit_id: str | None = None) -> Session:
         """THE commit (``_commit.commit_locked``), under the session's commit lock."""
-        return _commit.commit_locked(self, new, base, at_least=at_least, owner=owner,
+        return _commit.commit_locked(self._ctx, new, base, at_least=at_least, owner=owner,
                                      base_commit_id=base_commit_id)
 
     def commit(self, new: Session, base_version: int, *, at_least: int = 0,

@@ -138,7 +138,7 @@ def _commit_in_order(order: tuple[str, ...], *, by_number_only: bool = False) ->
                          commit_id=os.urandom(8).hex())
         m: Marker | None = None
         if s.turn is not None:
-            m, s = marker_due(store, s.id, s, owner)
+            m, s = marker_due(store._ctx, s.id, s, owner)
         for name in order:
             steps[name](store, s, m)
         return s
