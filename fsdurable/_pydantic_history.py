@@ -22,10 +22,17 @@ from typing import Any
 
 import attrs
 from pydantic_ai import DeferredToolRequests
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    ToolReturnPart,
+)
 
 from ._errors import InvalidState, UnreadableState
-from ._model import Session
+from ._model import REVIEW, Session
+from ._pydantic_ledger import call_key
 from ._turns import Change
 
 KEY = "pydantic_ai_run"
@@ -78,6 +85,38 @@ def paused(s: Session) -> dict[str, Any] | None:
     return dict(raw) if isinstance(raw, dict) else None
 
 
+def settled(s: Session, history: Sequence[ModelMessage]) -> list[ModelMessage]:
+    """The history a new run starts from. A last model response whose tool calls have no
+    returns belongs to a turn that ended without finishing them (parked for review, cancelled,
+    abandoned): each call gets an answer the model can read — the human's review answer, "in
+    doubt" for a call still parked, else "no result" — so the new run never runs them again by
+    itself and the conversation stays valid."""
+    out = list(history)
+    if not out or not isinstance(out[-1], ModelResponse) or not out[-1].tool_calls:
+        return out
+    n = sum(1 for m in out if isinstance(m, ModelResponse))
+    raw = s.metadata.get("review_answers")
+    answers = raw if isinstance(raw, dict) else {}
+    rr = s.metadata.get(REVIEW)
+    parked = {c.get("tool_call_id") for c in (rr.get("calls") or [])
+              if isinstance(c, dict)} if isinstance(rr, dict) else set()
+    parts = []
+    for c in out[-1].tool_calls:
+        key = call_key(c.tool_call_id, n)
+        a = answers.get(key)
+        if isinstance(a, dict) and a.get("answer") == "ran":
+            text = "ran: a human confirmed this call ran (its result was not recorded)"
+        elif isinstance(a, dict):
+            text = "not run: a human confirmed this call did not run"
+        elif key in parked:
+            text = ("outcome unknown: the process died during this call; it was not repeated "
+                    "and waits for a human's review")
+        else:
+            text = "no result: the turn ended before this call's result was recorded"
+        parts.append(ToolReturnPart(c.tool_name, text, tool_call_id=c.tool_call_id))
+    return [*out, ModelRequest(parts=parts)]
+
+
 def begin_record(prompt: Any) -> Change:
     """The run record committed with the turn's begin (before any model request)."""
     if prompt is not None and not isinstance(prompt, str):
@@ -113,4 +152,4 @@ def paused_record(history: Sequence[ModelMessage], requests: DeferredToolRequest
 
 
 __all__ = ["KEY", "begin_record", "checkpoint_record", "encode", "end_record", "messages",
-           "paused", "paused_record", "record"]
+           "paused", "paused_record", "record", "settled"]

@@ -42,7 +42,7 @@ from ._errors import HostError, InvalidState, TurnStopped
 from ._model import EFFECTS, Session
 from ._pydantic_ledger import Ledger, call_key, tool_context
 from ._store import Store
-from ._turns import ToolRequest, TurnRun
+from ._turns import Approver, ToolRequest, TurnRun
 
 DRIVER = "pydantic-ai"
 
@@ -105,12 +105,15 @@ class FsDurableAgent:
     async def run(self, user_prompt: str | None = None, *, session_id: str,
                   attended: bool = False,
                   deferred_tool_results: DeferredToolResults | None = None,
-                  lock_timeout: float | None = None, **iter_kwargs: Any) -> RunOutcome:
-        """One durable run of the session's conversation (``attended``: a human is present NOW
-        and answers approvals — then a run that needs one ends ``paused``; continue it with
-        ``deferred_tool_results``). Returns the ``RunOutcome``."""
+                  approve: Approver | None = None, lock_timeout: float | None = None,
+                  **iter_kwargs: Any) -> RunOutcome:
+        """One durable run of the session's conversation. ``attended``: a human is present NOW;
+        then ``approve(ctx, request)`` (the live caller's answer) decides each approval the run
+        asks for, in the run — or, without ``approve``, a run that asks ends ``paused``
+        (continue it with ``deferred_tool_results``). Unattended, every approval and deferred
+        call is refused. Returns the ``RunOutcome``."""
         async with self.iter(user_prompt, session_id=session_id, attended=attended,
-                             deferred_tool_results=deferred_tool_results,
+                             deferred_tool_results=deferred_tool_results, approve=approve,
                              lock_timeout=lock_timeout, **iter_kwargs) as run:
             async for _ in run:
                 pass
@@ -125,7 +128,7 @@ class FsDurableAgent:
     async def iter(self, user_prompt: str | None = None, *, session_id: str,
                    attended: bool = False,
                    deferred_tool_results: DeferredToolResults | None = None,
-                   lock_timeout: float | None = None,
+                   approve: Approver | None = None, lock_timeout: float | None = None,
                    **iter_kwargs: Any) -> AsyncIterator[DurableRun]:
         """``agent.iter`` as a durable turn: ``async for node in run`` yields each node once
         its boundary is checkpointed; ``run.outcome`` once it is over. Leaving the block early
@@ -137,7 +140,10 @@ class FsDurableAgent:
                                  source=DRIVER, lock_timeout=lock_timeout)
         try:
             start = hist.messages(t.session)
-            yield DurableRun(self, t, user_prompt, start, deferred_tool_results, iter_kwargs)
+            if deferred_tool_results is None:
+                start = hist.settled(t.session, start)
+            yield DurableRun(self, t, user_prompt, start, deferred_tool_results, iter_kwargs,
+                             approve=approve)
         finally:
             t.release()
 
@@ -163,8 +169,9 @@ class DurableRun:
 
     def __init__(self, owner: FsDurableAgent, t: TurnRun, prompt: Any,
                  history: list[ModelMessage], deferred: DeferredToolResults | None,
-                 iter_kwargs: dict[str, Any]) -> None:
+                 iter_kwargs: dict[str, Any], *, approve: Approver | None = None) -> None:
         self.owner, self.turn = owner, t
+        self.approve = approve
         self.prompt, self.history, self.deferred = prompt, history, deferred
         self.iter_kwargs = iter_kwargs
         self.outcome: RunOutcome | None = None
@@ -215,6 +222,10 @@ class DurableRun:
                                 reply=out if isinstance(out, str) else None)
                 self.outcome = RunOutcome("completed", result)
                 return
+            if t.attended and self.approve is not None and not result.output.calls:
+                deferred = await self.decide(result.output, messages, self.approve)
+                prompt = None
+                continue
             if t.attended:  # a human answers later: the turn is over, the requests kept
                 await self.disk(t.pause, hist.paused_record(messages, result.output),
                                 why="deferred_tool_requests")
@@ -237,15 +248,33 @@ class DurableRun:
         if t.resumed and phase == "model_request":
             await self.disk(t.flush, "before_model")  # a resumed model call never repeats one
 
+    def _requests(self, parts: Sequence[Any], messages: Sequence[ModelMessage]
+                  ) -> list[tuple[Any, ToolRequest]]:
+        n = sum(1 for m in messages if isinstance(m, ModelResponse))
+        return [(p, ToolRequest(call_key(p.tool_call_id, n), p.tool_name, p.args_as_dict(),
+                                self.owner.effect(p.tool_name), needs_approval=True))
+                for p in parts]
+
+    async def decide(self, requests: DeferredToolRequests, messages: Sequence[ModelMessage],
+                     approve: Approver) -> DeferredToolResults:
+        """Attended, with the live caller's ``approve``: an approved call runs in this run (the
+        ledger asks the protocol again as it runs), a declined one is refused by the protocol
+        (``tool_refused``, not_approved) and the model is told."""
+        out = DeferredToolResults()
+        t = self.turn
+        for part, req in self._requests(requests.approvals, messages):
+            if approve(t.context(req.call_id), req):
+                out.approvals[part.tool_call_id] = True
+                continue
+            d = await self.disk(t.before_tool, req, approve=lambda c, r: False)
+            out.approvals[part.tool_call_id] = ToolDenied(d.text or "denied")
+        return out
+
     async def refuse_all(self, requests: DeferredToolRequests,
                          messages: Sequence[ModelMessage]) -> DeferredToolResults:
         out = DeferredToolResults()
-        n = sum(1 for m in messages if isinstance(m, ModelResponse))
         for kind, parts in (("approval", requests.approvals), ("call", requests.calls)):
-            for part in parts:
-                req = ToolRequest(call_key(part.tool_call_id, n), part.tool_name,
-                                  part.args_as_dict(), self.owner.effect(part.tool_name),
-                                  needs_approval=True)
+            for part, req in self._requests(parts, messages):
                 d = await self.disk(self.turn.before_tool, req)
                 text = d.text or "refused: no human is present"
                 if kind == "approval":
