@@ -173,7 +173,14 @@ class _Scan:
             return None
         j, s, migrated = got
         if s is not None:
-            from ._review import parked  # a parked call is a human's to answer: never "healthy"
+            from ._review import ambiguous_answers, parked  # a human's to answer: never healthy
+
+            for cid in ambiguous_answers(s):
+                self.add("review_answer_ambiguous", path, f"an answer an older fsdurable "
+                         f"recorded for call {cid!r} may be about several turns' calls of that "
+                         "id: none carries it; each is answered again by its idempotency key "
+                         f"(`fsdurable review {sid} --ran|--did-not-run --call KEY`)",
+                         session_id=sid)
 
             waiting = [c for c in parked(s) if c["answer"] is None]
             if waiting:

@@ -68,6 +68,11 @@ class InvalidSessionId(FsDurableError, ValueError):
     """The id could escape its directory or be confused with a foreign file; nothing was touched."""
 
 
+class InvalidRoot(FsDurableError, ValueError):
+    """The store's root can be no directory: a symlink loop lies on its path (``reason``
+    ``"symlink_loop"``). A bad argument, like a bad id; nothing was touched."""
+
+
 class UnreadableState(FsDurableError, ValueError):
     """Not a valid fsdurable file (garbage, truncated, wrong type, unknown version, ...)."""
 
@@ -136,6 +141,7 @@ __all__ = [
     "DurabilityUnknown",
     "FsDurableError",
     "HostError",
+    "InvalidRoot",
     "InvalidSessionId",
     "InvalidState",
     "LockTimeout",

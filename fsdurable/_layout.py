@@ -6,10 +6,11 @@ Pure path logic: nothing here reads or writes a file except ``node_id`` (its own
 from __future__ import annotations
 
 import enum
+import errno
 import os
 import re
 
-from ._errors import InvalidSessionId
+from ._errors import InvalidRoot, InvalidSessionId
 
 FORMAT = "fsdurable/1"
 MANIFEST = "fsdurable.json"
@@ -157,6 +158,20 @@ class Layout:
 
     def directories(self) -> tuple[str, ...]:
         return (self.root, self.sessions, self.markers, self.events, self.quarantine)
+
+
+def real_root(root: str) -> str:
+    """The store directory's real path (it may not exist yet: ``init`` creates it). A symlink
+    loop on the way (ELOOP) is no directory at all: InvalidRoot, before anything is touched
+    (else the first read of the manifest fails with a bare OSError)."""
+    try:
+        return os.path.realpath(root, strict=True)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise InvalidRoot(f"store root {root} is a symlink loop, not a directory "
+                              "(give the store's real directory)", path=root,
+                              reason="symlink_loop") from None
+    return os.path.realpath(root)  # missing (init creates it) or unreadable (the open says)
 
 
 def default_root() -> str:

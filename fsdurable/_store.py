@@ -35,6 +35,7 @@ from ._layout import (
     default_root,
     new_id,
     own_id,
+    real_root,
     state_dir,
     validate_node_id,
     validate_session_id,
@@ -62,7 +63,7 @@ class Store:
                  config: Config = DEFAULT_CONFIG, node_id: str | None = None,
                  clock: Callable[[], float] = time.time, create: bool = True) -> None:
         raw = os.fspath(root) if root is not None else default_root()
-        self.layout = Layout(os.path.realpath(raw))
+        self.layout = Layout(real_root(raw))
         self.root = self.layout.root
         self.config = config
         self.clock = clock
@@ -137,8 +138,8 @@ class Store:
             return None
 
     def events(self, session_id: str | None = None) -> list[Event]:
-        """Every node's events (optionally one session's), oldest first."""
-        return self.log.read(session_id)
+        """Every node's events (optionally one session's, a validated id), oldest first."""
+        return self.log.read(None if session_id is None else validate_session_id(session_id))
 
     def prune_events(self, *, now: float | None = None) -> dict[str, Any]:
         """Apply ``Config.event_retention`` to this node's event log: remove its day files older

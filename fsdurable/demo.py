@@ -401,7 +401,7 @@ def run_demo(root: str | None = None, *, keep: bool = False) -> dict[str, Any]:
 
 
 def render(data: Mapping[str, Any]) -> str:
-    from .cli import table
+    from .cli import iso, table
 
     rows = [[str(x["n"]), x["scenario"], x["expected"], x["outcome"],
              "ok" if x["ok"] else "FAILED"] for x in data["scenarios"]]
@@ -414,7 +414,7 @@ def render(data: Mapping[str, Any]) -> str:
     for e in data["events"]:
         detail = ", ".join(f"{k}={v}" for k, v in e["detail"].items()
                            if k in ("attempt", "tool", "attended", "age", "cap", "status"))
-        ev_rows.append([time.strftime("%H:%M:%S", time.localtime(e["at"])), e["code"],
+        ev_rows.append([iso(e["at"]), e["code"],
                         (e["session_id"] or "").removeprefix(prefix), e["reason"] or "", detail])
     out.append(table(ev_rows, ["at", "event", "session", "reason", "detail"]))
     verdict = "all scenarios behaved" if data["ok"] else "SOME SCENARIOS FAILED"

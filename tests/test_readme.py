@@ -3,6 +3,8 @@ of the console blocks (against the store the Python example made)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import shlex
 from pathlib import Path
@@ -25,11 +27,28 @@ def test_readme_has_examples() -> None:
     assert PY_BLOCKS and COMMANDS
 
 
-def test_python_examples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _says(block: str) -> list[str]:
+    """What a block says it prints: the comment on each ``print(...)`` line, in order."""
+    said = []
+    for line in block.splitlines():
+        if re.match(r"\s*print\(", line):
+            m = re.search(r"\)\s+# (.+)$", line)
+            assert m, f"README: a print without the output it gives as its comment: {line!r}"
+            said.append(m.group(1))
+    return said
+
+
+def test_python_examples_run_twice_and_print_what_they_say(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every block, twice in a row in one directory (a reader runs an example again: it said
+    `ConflictError: session 'chat-1' already exists`), printing what its comments say."""
     monkeypatch.chdir(tmp_path)
-    namespace: dict[str, object] = {}
-    for block in PY_BLOCKS:
-        exec(compile(block, "README.md", "exec"), namespace)
+    for run in (1, 2):
+        for n, block in enumerate(PY_BLOCKS):
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                exec(compile(block, "README.md", "exec"), {})
+            assert out.getvalue().splitlines() == _says(block), (run, n, block)
 
 
 def test_cli_examples(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -15,10 +17,15 @@ from typing import Any
 import attrs
 import pytest
 
-from fsdurable import AgentLoop, ScriptedModel, Store, arecover, recover
+from fsdurable import AgentLoop, ScriptedModel, Store, arecover, recover, tool
 from fsdurable import _events as ev
 from fsdurable._model import LedgerEntry, Message, ToolCall, with_entry
 from fsdurable.cli import main
+
+from .conftest import PYTHON, subprocess_env
+
+CHARGES_ENV = "FSDURABLE_TEST_CHARGES"  # the directory where each charge leaves a file
+OVERLAP_ENV = "FSDURABLE_TEST_OVERLAP"  # set: a charge waits a little for a second one
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
@@ -73,17 +80,22 @@ def test_a_parked_call_shows_its_arguments_from_the_ledger(
     assert code == 0 and out["review"][0]["arguments"] == {"amount": 42}
 
 
-def loop_died_in_charge(st: Store, sid: str) -> str:
+def loop_died_in_charge(st: Store, sid: str, calls: tuple[str, ...] = ("call_0",),
+                        amount: int = 42) -> str:
     """The reference loop's turn as a process killed inside ``charge_card`` leaves it: the
-    model's call in the transcript, its intent on the ledger, no outcome. Returns the turn id."""
-    st.create(sid)
+    model's calls in the transcript, their intents on the ledger, no outcome (a turn of a
+    session created here, or its next turn). Returns the turn id."""
+    if sid not in st.sessions():
+        st.create(sid)
     tid = st.begin_turn(sid, "charge the order").turn.id  # type: ignore[union-attr]
 
     def asked(s: Any) -> Any:
-        s = attrs.evolve(s, messages=(*s.messages, Message("assistant", "", (
-            ToolCall("call_0", "charge_card", {"amount": 42}),))))
-        return with_entry(s, LedgerEntry("call_0", "charge_card", "external",
-                                         f"{sid}:{tid}:call_0", "intent", st.clock()))
+        s = attrs.evolve(s, messages=(*s.messages, Message("assistant", "", tuple(
+            ToolCall(c, "charge_card", {"amount": amount}) for c in calls))))
+        for c in calls:
+            s = with_entry(s, LedgerEntry(c, "charge_card", "external", f"{sid}:{tid}:{c}",
+                                          "intent", st.clock()))
+        return s
 
     st.patch(sid, asked)
     return tid
@@ -163,3 +175,165 @@ def test_an_abandoned_turn_puts_its_in_doubt_call_in_the_review_queue(
     code, doc = run(capsys, "doctor", "--root", str(root))
     assert [f["session_id"] for f in doc["findings"] if f["code"] == "review_required"] == [
         "order"]
+
+
+@tool(effect="external")
+def charge_card(ctx: Any, amount: int) -> str:
+    """Charges (a file per charge, outside the store). Waits a little for a second charge to
+    start, so two unguarded re-runs overlap; a guarded second one never starts."""
+    out = Path(os.environ[CHARGES_ENV])
+    (out / f"{os.getpid()}.{ctx.idempotency_key.replace(':', '_')}").write_text(str(amount))
+    for _ in range(30 if os.environ.get(OVERLAP_ENV) else 0):
+        if len(list(out.iterdir())) > 1:
+            break
+        time.sleep(0.1)
+    return f"charged {amount}"
+
+
+def charge_host(store: Store) -> Any:
+    """``--host tests.test_review_turns:charge_host``: a loop whose one tool charges."""
+    return AgentLoop(store, ScriptedModel([], final="done"), [charge_card])
+
+
+def test_two_concurrent_reruns_run_the_call_once(root: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 17 item 17: two processes run ``fsdurable review ID --rerun`` at once; the check
+    (answered "did not run", not yet re-run), the run and its record happen under one lock, so
+    the second is refused and the card is charged once."""
+    charges = tmp_path / "charges"
+    charges.mkdir()
+    st = Store(root)
+    loop_died_in_charge(st, "order")
+    [o] = recover(st, charge_host(st)).outcomes
+    assert o.outcome == "review_required"
+    code, _ = run(capsys, "review", "order", "--did-not-run", "--root", str(root))
+    assert code == 0
+    env = subprocess_env(**{CHARGES_ENV: str(charges), OVERLAP_ENV: "1"})
+    argv = [PYTHON, "-m", "fsdurable", "review", "order", "--rerun", "--host",
+            "tests.test_review_turns:charge_host", "--root", str(root), "--json"]
+    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    results = [(p.wait(timeout=120), p.communicate()) for p in procs]
+    assert len(list(charges.iterdir())) == 1, results  # one charge, whoever won
+    codes = sorted(code for code, _ in results)
+    assert codes[0] == 0 and codes[1] != 0, results
+    [refused] = [out for code, out in results if code != 0]
+    assert "already" in (refused[0] + refused[1]), refused
+    [e] = [e for e in st.events("order") if e.code == ev.REVIEW_RERUN]
+    assert e.detail["result"] == "charged 42"
+
+
+def test_ran_without_call_is_refused_when_several_calls_wait(
+        root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 17 item 19: ``--ran`` without ``--call`` would record "ran" for calls nobody
+    checked; with several waiting it is a usage error (exit 2) that names them, and records
+    nothing. With one waiting, ``--call`` is not needed."""
+    st = Store(root)
+    loop_died_in_charge(st, "order", calls=("call_0", "call_1"))
+    [o] = recover(st, charge_host(st)).outcomes
+    assert o.outcome == "review_required"
+    capsys.readouterr()
+    assert main(["review", "order", "--ran", "--root", str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "--call" in err and "call_0" in err and "call_1" in err, err
+    assert "review_answers" not in st.load("order").metadata
+    assert not [e for e in st.events("order") if e.code == ev.REVIEW_ANSWERED]
+    code, out = run(capsys, "review", "order", "--ran", "--call", "call_1", "--root", str(root))
+    assert code == 0 and [c["tool_call_id"] for c in out["answered"]] == ["call_1"]
+    code, out = run(capsys, "review", "order", "--did-not-run", "--root", str(root))
+    assert code == 0 and [c["tool_call_id"] for c in out["answered"]] == ["call_0"]
+    assert "review_required" not in st.load("order").metadata  # all answered: out of the queue
+
+
+def test_an_answer_belongs_to_one_turns_call(root: Path, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 17 item 18: a driver numbering calls per turn parks turn 2's ``call_0`` (a new key,
+    a bigger charge) after a human answered turn 1's ``call_0``: turn 1's answer is not turn 2's
+    — the new call waits for its own answer, and doctor reports it."""
+    st = Store(root)
+    t1 = loop_died_in_charge(st, "order")
+    assert recover(st, charge_host(st)).outcomes[0].outcome == "review_required"
+    code, _ = run(capsys, "review", "order", "--ran", "--root", str(root))
+    assert code == 0
+    t2 = loop_died_in_charge(st, "order", amount=900)
+    assert recover(st, charge_host(st)).outcomes[0].outcome == "review_required"
+    code, out = run(capsys, "review", "--root", str(root))
+    assert code == 1, out
+    [w] = out["review"]
+    assert (w["turn_id"], w["tool_call_id"], w["arguments"], w["answer"]) == (
+        t2, "call_0", {"amount": 900}, None)
+    assert w["idempotency_key"] == f"order:{t2}:call_0"
+    code, doc = run(capsys, "doctor", "--root", str(root))
+    assert [f["session_id"] for f in doc["findings"] if f["code"] == "review_required"] == [
+        "order"]
+    code, out = run(capsys, "review", "order", "--did-not-run", "--root", str(root))
+    assert code == 0 and [c["turn_id"] for c in out["answered"]] == [t2]
+    answers = st.load("order").metadata["review_answers"]
+    assert sorted((a["turn_id"], a["tool_call_id"], a["answer"]) for a in answers.values()) == \
+        sorted([(t1, "call_0", "ran"), (t2, "call_0", "did_not_run")])
+    charges = tmp_path / "charges"
+    charges.mkdir()
+    monkeypatch.setenv(CHARGES_ENV, str(charges))
+    code, out = run(capsys, "review", "order", "--rerun", "--host",
+                    "tests.test_review_turns:charge_host", "--root", str(root))
+    assert code == 0 and out["rerun"] == {"tool_call_id": "call_0", "result": "charged 900"}
+    [charged] = charges.iterdir()  # turn 2's call, with turn 2's key
+    assert charged.name.endswith(f"order_{t2}_call_0") and charged.read_text() == "900"
+
+
+def _legacy(st: Store, sid: str, answers: dict[str, Any]) -> None:
+    """Answers as an older fsdurable recorded them: keyed by the tool call id alone."""
+    st.patch(sid, lambda s: attrs.evolve(s, metadata={**s.metadata, "review_answers": answers}))
+
+
+def test_an_older_answer_keyed_by_call_id_belongs_to_the_call_it_was_given_for(
+        root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An answer of an older file (no turn id) belongs to the call of that id parked before it
+    was given; a call parked after it waits. Rewritten to the per-turn key at the next answer."""
+    st = Store(root)
+    t1 = loop_died_in_charge(st, "order")
+    assert recover(st, charge_host(st)).outcomes[0].outcome == "review_required"
+    rr = st.load("order").metadata["review_required"]
+    _legacy(st, "order", {"call_0": {"answer": "did_not_run", "at": st.clock(), "note": None}})
+    st.patch("order", lambda s: attrs.evolve(s, metadata={
+        k: v for k, v in {**s.metadata, "review_closed": {**rr, "closed_at": st.clock()}}.items()
+        if k != "review_required"}))
+    t2 = loop_died_in_charge(st, "order", amount=900)
+    assert recover(st, charge_host(st)).outcomes[0].outcome == "review_required"
+    code, out = run(capsys, "review", "--root", str(root))
+    assert code == 1 and [(w["turn_id"], w["answer"]) for w in out["review"]] == [(t2, None)]
+    code, out = run(capsys, "review", "order", "--ran", "--root", str(root))
+    assert code == 0
+    answers = st.load("order").metadata["review_answers"]
+    assert sorted((a["turn_id"], a["tool_call_id"], a["answer"]) for a in answers.values()) == \
+        sorted([(t1, "call_0", "did_not_run"), (t2, "call_0", "ran")])
+    assert "call_0" not in answers  # migrated to its turn's key
+
+
+def test_an_older_answer_that_two_turns_calls_share_is_reported(
+        root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two turns' ``call_0`` were both parked when an older fsdurable recorded one answer for
+    ``call_0``: which call it was about cannot be told. Neither carries it, doctor says so, and
+    each is answered by its idempotency key."""
+    st = Store(root)
+    t1 = loop_died_in_charge(st, "order")
+    assert recover(st, charge_host(st)).outcomes[0].outcome == "review_required"
+    t2 = loop_died_in_charge(st, "order", amount=900)
+    assert recover(st, charge_host(st)).outcomes[0].outcome == "review_required"
+    _legacy(st, "order", {"call_0": {"answer": "ran", "at": st.clock(), "note": None}})
+    code, out = run(capsys, "review", "--root", str(root))
+    assert code == 1 and sorted(w["turn_id"] for w in out["review"]) == sorted([t1, t2])
+    assert all(w["answer"] is None for w in out["review"])
+    code, doc = run(capsys, "doctor", "--root", str(root))
+    assert code == 1
+    codes = [f["code"] for f in doc["findings"] if f.get("session_id") == "order"]
+    assert "review_answer_ambiguous" in codes and "review_required" in codes
+    capsys.readouterr()
+    assert main(["review", "order", "--ran", "--call", "call_0", "--root", str(root)]) == 2
+    assert "idempotency key" in capsys.readouterr().err
+    for t in (t1, t2):
+        code, out = run(capsys, "review", "order", "--ran", "--call", f"order:{t}:call_0",
+                        "--root", str(root))
+        assert code == 0 and [c["turn_id"] for c in out["answered"]] == [t]
+    assert "review_required" not in st.load("order").metadata

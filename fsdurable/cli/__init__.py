@@ -1,9 +1,12 @@
 """The ``fsdurable`` command line: the dispatcher. In-process: ``main(argv=None) -> exit code``.
 
 Exit codes: 0 ok, 1 problems found (or an operation refused), 2 usage (a bad argument, a path
-without a store), 3 an internal error (a bug: ``--debug`` shows the traceback).
+without a store), 3 an internal error (a bug: ``--debug`` shows the traceback), 130 interrupted
+(Ctrl-C: one line, no traceback).
 Every command takes ``--json`` and then prints exactly one JSON document on stdout (``watch``:
-JSON Lines, one object per change). Store root: ``--root``, else ``FSDURABLE_ROOT``, else the
+JSON Lines, one object per change), errors included: an error is ``{"error": TYPE, "message":
+..., "exit_code": N, ...}`` (an argparse error, a missing store, a bad id, Ctrl-C, a bug alike)
+and its one line still goes to stderr. Store root: ``--root``, else ``FSDURABLE_ROOT``, else the
 user data dir. Every command but ``init`` refuses a path that holds no store.
 
 Start-up is a script's: the command table below names each command's module and help, and only
@@ -18,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 
-OK, PROBLEMS, USAGE, INTERNAL = 0, 1, 2, 3
+OK, PROBLEMS, USAGE, INTERNAL, INTERRUPTED = 0, 1, 2, 3, 130
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up)
 if TYPE_CHECKING:
@@ -59,6 +62,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ignore-file": ("._sync", "print a shipped ignore file that keeps half-written files "
                                   "out of sync"),
     "node": ("._sync", "print this machine's node id and where its machine-local state is"),
+    "timeline": ("._timeline", "draw the turns over time: checkpoints, crash gaps, recovery "
+                               "decisions (--html FILE: a page)"),
     "quarantine": ("._quarantine", "list what sits in quarantine/ (what, why, when), "
                                        "restore a fixed session, or --purge"),
 }
@@ -105,6 +110,14 @@ def open_store(args: argparse.Namespace, *, create: bool = False) -> Any:
         raise
 
 
+def not_found(st: Any, session_id: str) -> Exception:
+    """The one not-found of every command (``show`` and ``events --session`` alike)."""
+    from .._errors import SessionNotFound
+
+    return SessionNotFound(f"no session {session_id!r}", session_id=session_id,
+                           path=st.layout.session(session_id), reason="missing")
+
+
 def non_negative(text: str) -> int:
     """argparse type: an integer >= 0 (``events --limit -3`` is a usage error)."""
     import argparse
@@ -124,6 +137,14 @@ def _age(seconds: float) -> str:
         if seconds >= size:
             return f"{seconds / size:.1f}{unit}"
     return f"{seconds:.0f}s"
+
+
+def iso(at: float, tz: Any = None) -> str:
+    """A time for people: ISO 8601 with its offset (``2026-12-01T22:03:04+01:00``), local unless
+    ``tz`` (a ``datetime.tzinfo``) says otherwise."""
+    import datetime
+
+    return datetime.datetime.fromtimestamp(at, tz).astimezone(tz).isoformat(timespec="seconds")
 
 
 def table(rows: list[list[str]], header: list[str]) -> str:
@@ -255,18 +276,21 @@ def _load(name: str | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; returns the exit code (0 ok, 1 problems, 2 usage, 3 internal error)."""
+    """Run one command; returns the exit code (0 ok, 1 problems, 2 usage, 3 internal error,
+    130 interrupted)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    as_json = "--json" in argv
     try:
-        return _main(argv, debug)
+        return _main(argv, debug, as_json)
+    except KeyboardInterrupt as e:  # Ctrl-C: one line, the shell's code for SIGINT
+        return _fail(as_json, debug, INTERRUPTED, "interrupted", e, kind="Interrupted")
     except Exception as e:  # a bug: never a bare traceback with exit 1 ("problems found")
-        _fail(debug, f"internal error: {type(e).__name__}: {e} (--debug shows the traceback; "
-                     "please report it)", e)
-        return INTERNAL
+        return _fail(as_json, debug, INTERNAL, f"internal error: {type(e).__name__}: {e} "
+                     "(--debug shows the traceback; please report it)", e, kind="InternalError")
 
 
-def _main(argv: list[str], debug: bool) -> int:
+def _main(argv: list[str], debug: bool, as_json: bool) -> int:
     fast = _fast(argv)
     if fast is not None:
         _load(fast.command)
@@ -276,42 +300,70 @@ def _main(argv: list[str], debug: bool) -> int:
     if name is not None and (name in COMMANDS or not help_only):
         _load(name)
     p = _parser(name if name in _HANDLERS else None)
-    try:
-        args = p.parse_args(argv)
-    except SystemExit as e:
-        return int(e.code) if isinstance(e.code, int) else USAGE
+    args = _parse(p, argv, as_json)
+    if isinstance(args, int):
+        return args
     args.root = getattr(args, "root", None)
     args.json = getattr(args, "json", False)
     args.debug = debug
     if not args.command:
+        if as_json:
+            return _fail(True, False, USAGE, "say which command (fsdurable --help lists them)",
+                         None, kind="UsageError")
         p.print_help(sys.stderr)
         return USAGE
     return _run(args)
 
 
-def _run(args: argparse.Namespace) -> int:
-    import json
+def _parse(p: argparse.ArgumentParser, argv: list[str], as_json: bool
+           ) -> argparse.Namespace | int:
+    """argparse's answer, or the exit code of what it printed instead (help, version, an
+    error). With ``--json`` that is one JSON document too: argparse's own text is caught."""
+    if not as_json:
+        try:
+            return p.parse_args(argv)
+        except SystemExit as e:
+            return int(e.code) if isinstance(e.code, int) else USAGE
+    import contextlib
+    import io
 
-    from .._errors import FsDurableError, InvalidSessionId
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            return p.parse_args(argv)
+    except SystemExit as e:
+        code = int(e.code) if isinstance(e.code, int) else USAGE
+    if code == OK:  # --help or --version
+        text = out.getvalue().rstrip("\n")
+        doc = {"version": text.split()[-1]} if text == _version() else {"help": text}
+        _print_json({**doc, "exit_code": OK})
+        return OK
+    lines = err.getvalue().strip().splitlines() or ["bad arguments"]
+    message = lines[-1].partition(": error: ")[2] or lines[-1]
+    usage_text = " ".join(ln.strip() for ln in lines[:-1]).removeprefix("usage: ")
+    return _fail(True, False, code, message, None, kind="UsageError",
+                 extra={"usage": usage_text})
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .._errors import FsDurableError, InvalidRoot, InvalidSessionId
 
     handler = _HANDLERS[args.command][0]
     try:
         try:
             code, data, text = handler(args)
         except UsageError as e:
-            _fail(args.debug, str(e), e)
-            return USAGE
+            return _fail(args.json, args.debug, USAGE, str(e), e, kind="UsageError")
         except FsDurableError as e:
-            if args.json:
-                print(json.dumps(e.to_dict(), indent=2))
-            _fail(args.debug, str(e), e)
-            return USAGE if isinstance(e, InvalidSessionId) else PROBLEMS
+            bad_input = isinstance(e, (InvalidSessionId, InvalidRoot))
+            return _fail(args.json, args.debug, USAGE if bad_input else PROBLEMS, str(e), e,
+                         doc=e.to_dict())
         except PermissionError as e:
-            _fail(args.debug, f"{e.strerror or e}: {e.filename} (run as the store's owner, or "
-                              "fix its permissions)", e)
-            return USAGE
+            return _fail(args.json, args.debug, USAGE, f"{e.strerror or e}: {e.filename} (run "
+                         "as the store's owner, or fix its permissions)", e,
+                         kind="PermissionError")
         if args.json and data is not None:  # None: the command streamed its own (JSON Lines)
-            print(json.dumps(data, indent=2, default=str, ensure_ascii=False))
+            _print_json(data)
         elif text:
             print(text)
         sys.stdout.flush()
@@ -322,12 +374,31 @@ def _run(args: argparse.Namespace) -> int:
     return code
 
 
-def _fail(debug: bool, message: str, exc: BaseException) -> None:
-    if debug:
+def _print_json(data: Any, indent: int | None = 2) -> None:
+    import json
+
+    print(json.dumps(data, indent=indent, default=str, ensure_ascii=False), flush=True)
+
+
+def _fail(as_json: bool, debug: bool, code: int, message: str, exc: BaseException | None, *,
+          kind: str | None = None, doc: dict[str, Any] | None = None,
+          extra: dict[str, Any] | None = None) -> int:
+    """Report an error: one line on stderr (``--debug``: the traceback first) and, with
+    ``--json``, its document on stdout (``doc``, else ``{"error": kind, "message": ...}``) with
+    the exit code in it. Returns the exit code."""
+    if debug and exc is not None:
         import traceback
 
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
     print(f"fsdurable: {message}", file=sys.stderr)
+    if as_json:
+        import contextlib
+
+        body = dict(doc) if doc is not None else {"error": kind, "message": message}
+        with contextlib.suppress(BrokenPipeError):  # the reader left: nobody to tell
+            # one line: a document of its own, and a valid last line of `watch`'s JSON Lines
+            _print_json({**body, **(extra or {}), "exit_code": code}, indent=None)
+    return code
 
 
 def usage(message: str) -> NoReturn:

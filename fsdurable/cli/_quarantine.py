@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .._errors import InvalidState
-from . import Result, command, open_store, table
+from . import Result, command, open_store, table, usage
 
 
 def _args(p: argparse.ArgumentParser) -> None:
@@ -28,19 +27,18 @@ def _quarantine(args: argparse.Namespace) -> Result:
     st = open_store(args)
     if args.purge:
         if action != "list":
-            raise InvalidState("--purge cannot be combined with restore", reason="usage")
+            usage("--purge cannot be combined with restore")
         gone = purge(st, words or None)
         return 0, {"purged": gone}, (f"deleted {len(gone)} file(s):\n  " + "\n  ".join(gone)
                                      if gone else "quarantine/ is empty")
     if action == "restore":
         if len(words) != 1:
-            raise InvalidState("restore takes one NAME", reason="usage")
+            usage("restore takes one NAME (fsdurable quarantine lists them)")
         s = restore(st, words[0])
         return 0, {"session_id": s.id, "version": s.version, "restored": words[0]}, (
             f"restored {s.id} (now version {s.version}) from quarantine/{words[0]}")
     if words:
-        raise InvalidState(f"unexpected {' '.join(words)!r}: names go with restore or --purge",
-                           reason="usage")
+        usage(f"unexpected {' '.join(words)!r}: names go with restore or --purge")
     items = listing(st)
     rows = [[q.name, q.kind, q.reason or "?", q.session_id or "", str(q.size)] for q in items]
     text = table(rows, ["name", "was", "why", "session", "bytes"]) if rows else "(empty)"

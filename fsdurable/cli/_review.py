@@ -55,6 +55,7 @@ HEADER = ["session", "call", "tool", "arguments", "idempotency key", "why", "age
 @command("review", args=_args)
 def _review(args: argparse.Namespace) -> Result:
     from .. import _review
+    from .._errors import InvalidState
 
     st = open_store(args)
     now = st.clock()
@@ -70,19 +71,24 @@ def _review(args: argparse.Namespace) -> Result:
         return (1 if waiting else 0), {"review": waiting}, text
     data: dict[str, Any] = {"session_id": args.session_id}
     lines: list[str] = []
-    if args.ran or args.did_not_run:
-        done = _review.answer_review(st, args.session_id, ran=args.ran,
-                                     tool_call_id=args.tool_call_id, note=args.note)
-        data["answered"] = done
-        lines += [f"recorded: {c['tool_call_id']} ({c.get('tool')}) "
-                  f"{'ran' if args.ran else 'did not run'}" for c in done]
-    if args.rerun:
-        from ._sync import _host
+    try:
+        if args.ran or args.did_not_run:
+            done = _review.answer_review(st, args.session_id, ran=args.ran,
+                                         tool_call_id=args.tool_call_id, note=args.note)
+            data["answered"] = done
+            lines += [f"recorded: {c['tool_call_id']} ({c.get('tool')}) "
+                      f"{'ran' if args.ran else 'did not run'}" for c in done]
+        if args.rerun:
+            from ._sync import _host
 
-        cid = args.tool_call_id or _only_did_not_run(st, args.session_id)
-        result = _review.rerun_call(st, _host(args.host, st), args.session_id, cid)
-        data["rerun"] = {"tool_call_id": cid, "result": result}
-        lines.append(f"ran {cid} again (attended, same idempotency key): {result}")
+            cid, which = _to_rerun(st, args.session_id, args.tool_call_id)
+            result = _review.rerun_call(st, _host(args.host, st), args.session_id, which)
+            data["rerun"] = {"tool_call_id": cid, "result": result}
+            lines.append(f"ran {cid} again (attended, same idempotency key): {result}")
+    except InvalidState as e:
+        if e.reason == "call_required":  # which call is the human's to say
+            usage(str(e))
+        raise
     s = st.load(args.session_id)
     calls = _review.parked(s)
     data["review"] = calls
@@ -92,13 +98,15 @@ def _review(args: argparse.Namespace) -> Result:
     return 0, data, "\n".join(lines)
 
 
-def _only_did_not_run(st: Any, session_id: str) -> str:
-    from .._review import ANSWERS, DID_NOT_RUN
+def _to_rerun(st: Any, session_id: str, given: str | None) -> tuple[str, str]:
+    """The call to run again (its id, and what names it exactly: ``--call`` as given, else the
+    idempotency key of the one call answered "did not run" and not yet re-run)."""
+    if given is not None:
+        return given, given
+    from .._review import rerunnable
 
-    answers = st.load(session_id).metadata.get(ANSWERS) or {}
-    ids = [k for k, v in answers.items() if isinstance(v, dict)
-           and v.get("answer") == DID_NOT_RUN and "rerun_at" not in v]
-    if len(ids) != 1:
-        usage(f"say which call to run again: --call TOOL_CALL_ID (answered 'did not run' and not "
-              f"yet re-run: {', '.join(ids) or 'none'})")
-    return str(ids[0])
+    calls = rerunnable(st.load(session_id))
+    if len(calls) != 1:
+        usage("say which call to run again: --call TOOL_CALL_ID (answered 'did not run' and not "
+              f"yet re-run: {', '.join(str(c['idempotency_key']) for c in calls) or 'none'})")
+    return str(calls[0]["tool_call_id"]), str(calls[0]["idempotency_key"])

@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 import argparse
-import time
 
-from . import Result, command, non_negative, open_store, table
+from . import Result, command, iso, non_negative, not_found, open_store, table
 
 
 @command("init")
@@ -74,11 +73,14 @@ def _events_args(p: argparse.ArgumentParser) -> None:
 
 @command("events", args=_events_args)
 def _events(args: argparse.Namespace) -> Result:
-    evs = open_store(args).events(args.session_id)
+    st = open_store(args)
+    evs = st.events(args.session_id)
+    if args.session_id is not None and not evs and not st.exists(args.session_id):
+        raise not_found(st, args.session_id)  # as `show` says it
     if args.limit:
         evs = evs[-args.limit:]
     data = [e.to_dict() for e in evs]
-    rows = [[time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at)), e.code,
+    rows = [[iso(e.at), e.code,
              e.session_id or "", e.reason or ""] for e in evs]
     text = table(rows, ["at", "event", "session", "reason"]) if rows else "(no events)"
     return 0, {"events": data}, text

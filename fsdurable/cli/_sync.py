@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import sys
 import threading
-import time
 from typing import Any
 
-from . import Result, command, non_negative, open_store, table, usage
+from . import Result, command, iso, non_negative, not_found, open_store, table, usage
 
 
 def _sid_arg(p: argparse.ArgumentParser) -> None:
@@ -48,6 +48,8 @@ def _adopt(args: argparse.Namespace) -> Result:
 
     st = open_store(args)
     before = st.read_marker(args.session_id)
+    if before is None and not st.exists(args.session_id):
+        raise not_found(st, args.session_id)
     loop = _host(args.host, st) if args.host else None
     out = adopt(st, args.session_id, loop)
     data = {"session_id": args.session_id, "from_node": before.node_id if before else None,
@@ -121,27 +123,43 @@ def _watch_args(p: argparse.ArgumentParser) -> None:
 
 @command("watch", args=_watch_args)
 def _watch(args: argparse.Namespace) -> Result:
+    import signal
+
     st = open_store(args)
     stop = threading.Event()
     timer = threading.Timer(args.timeout, stop.set) if args.timeout > 0 else None
     if timer is not None:
         timer.daemon = True
         timer.start()
+    interrupted = []
+
+    def on_sigint(signum: int, frame: Any) -> None:  # the watcher stops at its next check
+        interrupted.append(signum)
+        stop.set()
+
+    try:
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main thread: Ctrl-C is not ours to catch
+        previous = None
     n = 0
     try:
+        print(f"fsdurable: watching {st.root} for changes (Ctrl-C to stop)", file=sys.stderr,
+              flush=True)
         for c in st.watch(poll=args.poll, initial=args.initial, stop_event=stop):
             if args.json:
                 print(json.dumps(c.to_dict(), default=str), flush=True)
             else:
-                print(time.strftime("%H:%M:%S", time.localtime(c.at)), c.describe(), flush=True)
+                print(iso(c.at), c.describe(), flush=True)
             n += 1
             if args.count and n >= args.count:
                 break
-    except KeyboardInterrupt:
-        pass
     finally:
         if timer is not None:
             timer.cancel()
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    if interrupted:
+        raise KeyboardInterrupt  # one line and exit 130, as every command on Ctrl-C
     return 0, None, ""
 
 
