@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import attrs
@@ -142,8 +142,12 @@ class FsDurableAgent:
             start = hist.messages(t.session)
             if deferred_tool_results is None:
                 start = hist.settled(t.session, start)
-            yield DurableRun(self, t, user_prompt, start, deferred_tool_results, iter_kwargs,
+            run = DurableRun(self, t, user_prompt, start, deferred_tool_results, iter_kwargs,
                              approve=approve)
+            try:
+                yield run
+            finally:
+                await run.aclose()  # left early: the turn stays in progress
         finally:
             t.release()
 
@@ -156,8 +160,11 @@ class FsDurableAgent:
             start = hist.messages(session)
             prompt = None if rec.get("started") else rec.get("prompt")
             run = DurableRun(self, t, prompt, start, None, iter_kwargs)
-            async for _ in run:
-                pass
+            try:
+                async for _ in run:
+                    pass
+            finally:
+                await run.aclose()
             assert run.outcome is not None
             return run.outcome
         finally:
@@ -165,7 +172,11 @@ class FsDurableAgent:
 
 
 class DurableRun:
-    """One durable run being driven (``FsDurableAgent.iter``): iterate it for its nodes."""
+    """One durable run being driven (``FsDurableAgent.iter``): ``async for node in run``.
+
+    An async iterator, not a generator: ``agent.iter`` is entered and left by the caller's own
+    task, as Pydantic AI requires, so a caller may stop iterating at any node (the turn stays in
+    progress: interrupted, recovery's to resume)."""
 
     def __init__(self, owner: FsDurableAgent, t: TurnRun, prompt: Any,
                  history: list[ModelMessage], deferred: DeferredToolResults | None,
@@ -177,21 +188,25 @@ class DurableRun:
         self.outcome: RunOutcome | None = None
         self.mu = asyncio.Lock()  # one protocol call at a time (parallel tools share the turn)
         self.ledger = Ledger(self)
+        self._stack: AsyncExitStack | None = None
+        self._run: Any = None  # pydantic_ai's AgentRun of the current segment
+        self._node: Any = None
 
     async def disk(self, fn: Callable[..., Any], /, *args: Any, **kw: Any) -> Any:
         async with self.mu:
             return await run_sync(fn, *args, **kw)
 
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return self._nodes()
+    def __aiter__(self) -> DurableRun:
+        return self
 
-    async def _nodes(self) -> AsyncIterator[Any]:
+    async def __anext__(self) -> Any:
         t = self.turn
         try:
-            async for node in self._drive():
-                yield node
+            return await self._step()
         except TurnStopped as stop:
             self.outcome = RunOutcome(stop.status)
+            await self.aclose()
+            raise StopAsyncIteration from None
         except asyncio.CancelledError:
             await run_sync(t.cancel)
             raise
@@ -201,40 +216,51 @@ class DurableRun:
                             reason="user_error") from e
         # any other error leaves the turn in progress: interrupted, recovery decides
 
-    async def _drive(self) -> AsyncIterator[Any]:
-        t, agent = self.turn, self.owner.agent
-        prompt, messages, deferred = self.prompt, self.history, self.deferred
-        while True:
-            async with agent.iter(prompt, message_history=messages,
-                                  deferred_tool_results=deferred,
-                                  capabilities=[self.ledger], **self.iter_kwargs) as run:
-                node = run.next_node
-                while not isinstance(node, End):
-                    node = await run.next(node)
-                    await self.boundary(node, run.all_messages())
-                    yield node
-                result = run.result
-            assert result is not None
-            messages = result.all_messages()
-            if not isinstance(result.output, DeferredToolRequests):
-                out = result.output
-                await self.disk(t.end, hist.end_record(messages),
-                                reply=out if isinstance(out, str) else None)
-                self.outcome = RunOutcome("completed", result)
-                return
-            if t.attended and self.approve is not None and not result.output.calls:
-                deferred = await self.decide(result.output, messages, self.approve)
-                prompt = None
-                continue
-            if t.attended:  # a human answers later: the turn is over, the requests kept
-                await self.disk(t.pause, hist.paused_record(messages, result.output),
-                                why="deferred_tool_requests")
-                self.outcome = RunOutcome("paused", result)
-                return
-            # nobody is present: every approval and every deferred call is refused, never
-            # granted, and the run goes on with the refusals as the tools' answers
-            deferred = await self.refuse_all(result.output, messages)
-            prompt = None
+    async def aclose(self) -> None:
+        """Leave the current ``agent.iter`` (the turn stays as it is)."""
+        stack, self._stack, self._run = self._stack, None, None
+        if stack is not None:
+            await stack.aclose()
+
+    async def _step(self) -> Any:
+        if self.outcome is not None:
+            raise StopAsyncIteration
+        if self._run is None:  # a segment: the run, or its continuation after deferred calls
+            self._stack = AsyncExitStack()
+            self._run = await self._stack.enter_async_context(self.owner.agent.iter(
+                self.prompt, message_history=self.history,
+                deferred_tool_results=self.deferred, capabilities=[self.ledger],
+                **self.iter_kwargs))
+            self._node = self._run.next_node
+        node = self._node = await self._run.next(self._node)
+        await self.boundary(node, self._run.all_messages())
+        if isinstance(node, End):
+            result = self._run.result
+            await self.aclose()
+            await self._ended(result)
+        return node
+
+    async def _ended(self, result: Any) -> None:
+        """A segment ended: the run is over, paused, or goes on with answers to its deferred
+        calls (the next ``__anext__`` starts that segment)."""
+        t = self.turn
+        messages = result.all_messages()
+        out = result.output
+        if not isinstance(out, DeferredToolRequests):
+            await self.disk(t.end, hist.end_record(messages),
+                            reply=out if isinstance(out, str) else None)
+            self.outcome = RunOutcome("completed", result)
+            return
+        if t.attended and self.approve is not None and not out.calls:
+            self.deferred = await self.decide(out, messages, self.approve)
+        elif t.attended:  # a human answers later: the turn is over, the requests kept
+            await self.disk(t.pause, hist.paused_record(messages, out),
+                            why="deferred_tool_requests")
+            self.outcome = RunOutcome("paused", result)
+            return
+        else:  # nobody is present: every approval and deferred call refused, never granted
+            self.deferred = await self.refuse_all(out, messages)
+        self.prompt, self.history = None, messages
 
     async def boundary(self, node: Any, messages: list[ModelMessage]) -> None:
         """The checkpoint at a node boundary: the history as a resume must see it."""

@@ -273,3 +273,26 @@ def test_a_tool_call_in_a_model_reply_goes_through_the_ledger(tmp_path: Path) ->
     d = pai.FsDurableAgent(agent, store, effects={"pay": "external"})
     assert d.run_sync("go", session_id="chat").output == "paid"
     assert calls == ["intent"]
+
+
+def test_leaving_iter_early_leaves_the_turn_in_progress_for_recovery(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, uncrashed: dict[str, Any]) -> None:
+    monkeypatch.setenv("PAI_LOG", str(tmp_path / "log"))
+    d = durable(tmp_path)
+
+    async def main() -> Any:
+        async with d.iter("go", session_id="chat") as run:
+            async for node in run:
+                if type(node).__name__ == "ModelRequestNode":
+                    break  # after the first tool batch
+        assert run.outcome is None
+        with d.store.lock(d.store.load("chat").route_key, timeout=0):  # released
+            pass
+        assert [m.session_id for m in d.store.interrupted()] == ["chat"]
+        return await pai.recover(d)
+
+    [o] = asyncio.run(main()).outcomes
+    assert (o.outcome, o.status) == ("resumed", "completed")
+    returns = [str(p.content) for p in pai_agent.returns(pai.history(d.store, "chat"))]
+    assert returns == uncrashed["returns"]
+    assert effects(tmp_path / "log") == ["add 1", "send ana", "add 3"]
