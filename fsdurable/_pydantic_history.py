@@ -100,6 +100,8 @@ def settled(s: Session, history: Sequence[ModelMessage]) -> list[ModelMessage]:
     rr = s.metadata.get(REVIEW)
     parked = {c.get("tool_call_id") for c in (rr.get("calls") or [])
               if isinstance(c, dict)} if isinstance(rr, dict) else set()
+    waiting = {c.get("tool_call_id") for k in ("approvals", "calls")
+               for c in (paused(s) or {}).get(k) or [] if isinstance(c, dict)}
     parts = []
     for c in out[-1].tool_calls:
         key = call_key(c.tool_call_id, n)
@@ -108,6 +110,8 @@ def settled(s: Session, history: Sequence[ModelMessage]) -> list[ModelMessage]:
             text = "ran: a human confirmed this call ran (its result was not recorded)"
         elif isinstance(a, dict):
             text = "not run: a human confirmed this call did not run"
+        elif c.tool_call_id in waiting:
+            text = "not run: it waited for a human's answer and the conversation went on"
         elif key in parked:
             text = ("outcome unknown: the process died during this call; it was not repeated "
                     "and waits for a human's review")
@@ -122,7 +126,7 @@ def begin_record(prompt: Any) -> Change:
     if prompt is not None and not isinstance(prompt, str):
         raise InvalidState("a durable Pydantic AI run's prompt is a string (or None to go on "
                            "from the history)", reason="bad_prompt")
-    return _set(run={"prompt": prompt, "started": False}, paused=None)
+    return _set(run={"prompt": prompt, "started": False})  # paused: kept until the run ends
 
 
 def checkpoint_record(history: Sequence[ModelMessage]) -> Change:
@@ -138,7 +142,7 @@ def checkpoint_record(history: Sequence[ModelMessage]) -> Change:
 
 def end_record(history: Sequence[ModelMessage]) -> Change:
     """The run is over: the whole conversation kept, the run record gone."""
-    return _set(messages=encode(history), run=None)
+    return _set(messages=encode(history), run=None, paused=None)
 
 
 def paused_record(history: Sequence[ModelMessage], requests: DeferredToolRequests) -> Change:

@@ -296,3 +296,15 @@ def test_leaving_iter_early_leaves_the_turn_in_progress_for_recovery(
     returns = [str(p.content) for p in pai_agent.returns(pai.history(d.store, "chat"))]
     assert returns == uncrashed["returns"]
     assert effects(tmp_path / "log") == ["add 1", "send ana", "add 3"]
+
+
+def test_a_new_prompt_on_a_paused_run_tells_the_model_the_call_never_ran(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PAI_SCRIPT", "delete")
+    monkeypatch.setenv("PAI_LOG", str(tmp_path / "log"))
+    d = durable(tmp_path)
+    assert d.run_sync("clean up", session_id="chat", attended=True).status == "paused"
+    out = d.run_sync("never mind", session_id="chat", attended=True)
+    assert out.status == "completed" and "waited for a human" in out.output
+    assert pai.paused_calls(d.store.load("chat")) is None
+    assert "delete /tmp/x" not in lines(tmp_path / "log")
