@@ -3,8 +3,8 @@ DBOS (``DBOSDurability`` on SQLite, the system database DBOS runs on without a s
 side in one run.
 
 Command: ``python -m bench.pydantic_ai`` (full) or ``--quick``. Writes ``pydantic_ai.json``.
-Needs ``dbos`` (``pip install -e '.[test]'`` or ``'.[bench]'``); without it the part fails — it
-never reports a comparison it did not make.
+Needs ``dbos`` (``pip install -e '.[test]'``); without it the part fails — it never reports a
+comparison it did not make.
 
 The agent: an offline ``FunctionModel`` that calls one tool 20 times (20 steps: 21 model
 requests, 20 tool calls), then answers. Figures:
@@ -178,7 +178,7 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
     try:
         import dbos  # noqa: F401
     except ImportError as e:  # never a silent skip: the comparison is the point of this part
-        raise RuntimeError("bench.pydantic_ai needs dbos (pip install -e '.[bench]')") from e
+        raise RuntimeError("bench.pydantic_ai needs dbos (pip install -e '.[test]')") from e
     p = QUICK if quick else FULL
     work = os.path.join(cache_dir(quick), "pydantic_ai")
     scratch = os.path.join(work, "steps")

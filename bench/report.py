@@ -1,7 +1,7 @@
 """Regenerate bench/README.md's tables and the PNG plots from the JSON results.
 
 Command: ``python -m bench.report`` (reads bench/results/*.json; ``--results DIR`` and
-``--readme PATH`` to point elsewhere). Plots need the optional extra ``plot`` (matplotlib);
+``--readme PATH`` to point elsewhere). Plots need matplotlib (``bench/requirements.txt``);
 without it the README is still written.
 """
 
@@ -345,7 +345,7 @@ tuned.
 ## Commands
 
 ```
-pip install -e '.[test,plot,bench]'   # plot: matplotlib (PNGs); bench: LangGraph's SqliteSaver
+pip install -e '.[test]' -r bench/requirements.txt   # + matplotlib (the PNG plots)
 python -m bench                       # full run (minutes; builds 100k-session data sets once,
                                       # cached in $TMPDIR/fsdurable-bench-cache), then this README
 python -m bench --quick               # smoke run, under a minute (results in bench/results/tmp/)

@@ -138,10 +138,11 @@ def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
     ctx.cache.saw_session(sid, st, s)
     # committed (the session's rename and its directory fsync are done): from here nothing
     # raises as if it had not. A marker the disk refuses to remove is an orphan, the harmless
-    # reverse gap recovery and doctor repair.
-    if not s.in_progress and _fsio.lstat(mpath) is not None:
+    # reverse gap recovery and doctor repair; so is one the disk will not even lstat (EIO).
+    if not s.in_progress:
         with contextlib.suppress(OSError):
-            _fsio.unlink(mpath, durable=ctx.config.fsync)
+            if _fsio.lstat(mpath) is not None:
+                _fsio.unlink(mpath, durable=ctx.config.fsync)
         ctx.cache.forget_marker(sid)
     return s
 

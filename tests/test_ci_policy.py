@@ -40,3 +40,15 @@ def test_no_test_installs_system_packages() -> None:
     assert offenders == []
     run = (REPO / ".ci" / "run").read_text("utf-8")
     assert "apt-get update" in run and "apt-get install" in run
+
+
+def test_ci_names_readme_sections_that_exist_and_runs_their_command() -> None:
+    """.ci/run said it ran the README's "Running the tests", a section the README does not
+    have; the command it runs is the README's own."""
+    ci = (REPO / ".ci" / "run").read_text("utf-8")
+    readme = (REPO / "README.md").read_text("utf-8")
+    headings = {h.strip() for h in re.findall(r"^#+ (.+)$", readme, re.M)}
+    named = re.findall(r'README\.md "([^"]+)"', ci)
+    assert named and set(named) <= headings, (named, sorted(headings))
+    command = "python -m pip install -e '.[test]' && python -m pytest"
+    assert command in ci and f"$ {command}" in readme

@@ -35,7 +35,7 @@ from .conftest import PYTHON, REPO, subprocess_env
 
 OPTIONAL = ("list_sessions", "list_session_summaries", "delete", "list_subkeys")
 BATCH_SCHEMA = Draft202012Validator(
-    json.loads((REPO / "fsdurable" / "schemas" / "claude_batch.schema.json").read_text()))
+    json.loads((REPO / "schemas" / "claude_batch.schema.json").read_text()))
 KEY = {"project_key": "proj", "session_id": "sess"}
 
 

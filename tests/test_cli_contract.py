@@ -150,12 +150,12 @@ def test_one_vocabulary(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
 def test_schema_command_prints_the_shipped_schemas(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "schema", "--json")
     shipped_kinds = sorted(p.name.removesuffix(".schema.json")
-                           for p in (REPO / "fsdurable" / "schemas").glob("*.schema.json"))
+                           for p in (REPO / "schemas").glob("*.schema.json"))
     assert code == 0 and out["schemas"][:4] == ["session", "marker", "event", "manifest"]
     assert sorted(out["schemas"]) == shipped_kinds  # every shipped schema can be printed
     for kind in out["schemas"]:
         code, doc, _ = run(capsys, "schema", kind, "--json")
-        shipped = REPO / "fsdurable" / "schemas" / f"{kind}.schema.json"
+        shipped = REPO / "schemas" / f"{kind}.schema.json"
         assert code == 0 and doc == json.loads(shipped.read_text("utf-8"))
     assert main(["schema", "nope"]) == 2
 

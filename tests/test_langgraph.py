@@ -37,7 +37,7 @@ from fsdurable.langgraph import FsDurableSaver, arecover, recover
 from . import lg_graph
 from .conftest import PYTHON, REPO, subprocess_env
 
-SCHEMAS = REPO / "fsdurable" / "schemas"
+SCHEMAS = REPO / "schemas"
 SCHEMA = {k: Draft202012Validator(json.loads((SCHEMAS / f"{k}.schema.json").read_text()))
           for k in ("lgrecord", "lghead")}
 

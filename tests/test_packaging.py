@@ -47,6 +47,16 @@ def test_the_constraints_file_pins_every_dependency_at_its_declared_floor() -> N
     assert tuple(map(int, declared["orjson"].split("."))) >= (3, 9, 15)
 
 
+def test_extras_name_only_what_the_wheel_ships() -> None:
+    """Each extra but ``test`` is an adapter module's framework (``plot`` and ``bench`` named
+    scripts of bench/, which the wheel does not ship)."""
+    extras = PROJECT["optional-dependencies"]
+    for name in extras:
+        if name != "test":
+            assert (REPO / "fsdurable" / f"{name.replace('-', '_')}.py").exists(), name
+    assert (REPO / "bench" / "requirements.txt").exists()  # the benchmarks' own needs
+
+
 def test_version_license_and_metadata() -> None:
     import fsdurable
 
@@ -60,12 +70,14 @@ def test_version_license_and_metadata() -> None:
         assert f"Programming Language :: Python :: {v}" in PROJECT["classifiers"]
 
 
-def test_schemas_are_read_from_the_package() -> None:
+def test_schemas_have_one_source_the_top_level_directory() -> None:
     from fsdurable.cli._store import KINDS, schema_text
 
+    top = {p.name.removesuffix(".schema.json") for p in (REPO / "schemas").glob("*.json")}
+    assert top == set(KINDS)  # `fsdurable schema` names every one, and only those
     for kind in KINDS:
-        assert '"$schema"' in schema_text(kind)
-    assert not (REPO / "schemas").exists()  # one copy, inside the package
+        assert schema_text(kind) == (REPO / "schemas" / f"{kind}.schema.json").read_text("utf-8")
+    assert not (REPO / "fsdurable" / "schemas").exists()  # no second copy kept by hand
 
 
 def _setuptools_ok() -> None:
@@ -82,29 +94,43 @@ def test_sdist_and_wheel_hold_what_users_and_pytest_need(tmp_path: Path) -> None
     out = tmp_path / "dist"
     build = ("import sys, setuptools.build_meta as b; "
              "print(getattr(b, sys.argv[1])(sys.argv[2]))")
-    r = subprocess.run([PYTHON, "-c", build, "build_sdist", str(out)], cwd=REPO,
+    # as a user builds: bytecode on (PYTHONDONTWRITEBYTECODE makes setuptools say it skips it)
+    quiet = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    r = subprocess.run([PYTHON, "-c", build, "build_sdist", str(out)], cwd=REPO, env=quiet,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
+    assert "warn" not in (r.stdout + r.stderr).lower(), r.stdout + r.stderr  # a quiet build
     sdist = out / r.stdout.strip().splitlines()[-1]
     with tarfile.open(sdist) as t:
         t.extractall(tmp_path, filter="data")
     src = tmp_path / sdist.name.removesuffix(".tar.gz")
     for needed in ("LICENSE", "tests/conftest.py", "tests/data/session_v1.json",
-                   "tests/torture/faults.py", "fsdurable/schemas/session.schema.json",
+                   "tests/torture/faults.py", "schemas/session.schema.json",
                    "bench/__main__.py", ".ci/run"):
         assert (src / needed).exists(), needed
+    tracked = subprocess.run(["git", "ls-files", "tests", "bench", "docs", "schemas"],
+                             cwd=REPO, capture_output=True, text=True)
+    if tracked.returncode == 0:  # a git checkout: every tracked file of these is shipped
+        missing = [f for f in tracked.stdout.split() if (REPO / f).exists()
+                   and not (src / f).exists()]
+        assert missing == [], f"MANIFEST.in leaves out: {missing}"
     # pytest collects the unpacked sdist without an error (it had 20 collection errors)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     r = subprocess.run([PYTHON, "-m", "pytest", "--collect-only", "-q", "-p",
                         "no:cacheprovider"], cwd=src, env=env, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0 and "error" not in r.stdout.splitlines()[-1], r.stdout[-2000:]
-    r = subprocess.run([PYTHON, "-c", build, "build_wheel", str(out)], cwd=src,
+    r = subprocess.run([PYTHON, "-c", build, "build_wheel", str(out)], cwd=src, env=quiet,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    names = zipfile.ZipFile(out / r.stdout.strip().splitlines()[-1]).namelist()
-    for kind in ("session", "marker", "event", "manifest"):
-        assert f"fsdurable/schemas/{kind}.schema.json" in names
+    assert "warn" not in (r.stdout + r.stderr).lower(), r.stdout + r.stderr
+    wheel = zipfile.ZipFile(out / r.stdout.strip().splitlines()[-1])
+    names = wheel.namelist()
+    # the shipped schemas are exactly the top-level set, byte for byte
+    shipped = {n.removeprefix("fsdurable/schemas/"): wheel.read(n) for n in names
+               if n.startswith("fsdurable/schemas/")}
+    assert shipped == {p.name: p.read_bytes() for p in (REPO / "schemas").iterdir()}
+    assert not any(n.startswith("schemas/") for n in names)  # inside the package only
     assert "fsdurable/py.typed" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
 

@@ -32,7 +32,7 @@ from .conftest import PYTHON, REPO, subprocess_env
 
 KINDS = ("file", "memory")
 ENTRY_SCHEMA = Draft202012Validator(
-    json.loads((REPO / "fsdurable" / "schemas" / "pydantic_ai_entry.schema.json").read_text()))
+    json.loads((REPO / "schemas" / "pydantic_ai_entry.schema.json").read_text()))
 
 
 def run(coro: Any) -> Any:

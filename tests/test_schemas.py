@@ -1,5 +1,5 @@
-"""fsdurable/schemas/ (shipped in the wheel): every file the store writes validates; the schemas
-accept what the codec accepts."""
+"""schemas/ (their one source; the wheel ships them as fsdurable/schemas/): every file the store
+writes validates; the schemas accept what the codec accepts."""
 
 from __future__ import annotations
 

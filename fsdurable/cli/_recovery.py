@@ -10,7 +10,7 @@ nothing: the same outcomes as ``recover(store, loop, dry_run=True, resume=False)
 from __future__ import annotations
 
 from .._errors import TurnStateError
-from . import Result, _age, command, open_store, table
+from . import Progress, Result, _age, command, open_store, table
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up)
 if TYPE_CHECKING:
@@ -78,8 +78,9 @@ def _recover(args: argparse.Namespace) -> Result:
     if data is None:
         from .._recovery import recover
 
-        data = [_outcome(o) for o in recover(st, _NoLoop(), resume=False,
-                                             dry_run=bool(args.dry_run)).outcomes]
+        with Progress(args, f"recover: applying the gates in {st.root}"):
+            report = recover(st, _NoLoop(), resume=False, dry_run=bool(args.dry_run))
+        data = [_outcome(o) for o in report.outcomes]
     header = ["session", "verdict", "age", "attempts", "node", "outcome"]
     text = table(_rows(data, outcome=True), header) if data else "(no interrupted turns)"
     return 0, {"dry_run": bool(args.dry_run), "outcomes": data}, text

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from . import Result, command, iso, non_negative, not_found, open_store, table
+from . import Progress, Result, command, iso, non_negative, not_found, open_store, table
 
 
 @command("init")
@@ -69,6 +70,41 @@ def _events_args(p: argparse.ArgumentParser) -> None:
                    help="only this session's events")
     p.add_argument("--limit", type=non_negative, default=50, metavar="N",
                    help="the last N events (0: all; default 50)")
+    p.add_argument("--since", type=since, default=None, metavar="WHEN",
+                   help="only events at or after WHEN: an ISO 8601 time (without an offset: "
+                        "local time) or an age such as 30s, 10m, 2h, 7d")
+    p.add_argument("--code", action="append", default=None, metavar="CODE",
+                   help="only events of this code (repeat it, or CODE,CODE; e.g. "
+                        "interrupted_turn_abandoned)")
+    p.add_argument("--follow", action="store_true",
+                   help="then print each new event as it is written, until Ctrl-C (--json: "
+                        "JSON Lines, one event per line)")
+
+
+def since(text: str) -> float:
+    """argparse type: a time (ISO 8601; local without an offset) or an age back from now."""
+    import argparse
+    import datetime
+    import re
+    import time
+
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(s|m|min|h|d)", text.strip())
+    if m:
+        unit = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}[m.group(2)]
+        return time.time() - float(m.group(1)) * unit
+    try:
+        when = datetime.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither an ISO 8601 time (2026-12-01T09:30:00+01:00) nor an age "
+            "(30s, 10m, 2h, 7d)") from None
+    return when.timestamp()  # a naive time is local, as a person typing it means
+
+
+def _wanted(args: argparse.Namespace) -> Any:
+    codes = {c.strip() for arg in args.code or () for c in arg.split(",") if c.strip()}
+    return lambda e: ((args.since is None or e.at >= args.since)
+                      and (not codes or e.code in codes))
 
 
 @command("events", args=_events_args)
@@ -77,13 +113,47 @@ def _events(args: argparse.Namespace) -> Result:
     evs = st.events(args.session_id)
     if args.session_id is not None and not evs and not st.exists(args.session_id):
         raise not_found(st, args.session_id)  # as `show` says it
+    wanted = _wanted(args)
+    evs = [e for e in evs if wanted(e)]
     if args.limit:
         evs = evs[-args.limit:]
+    if args.follow:
+        return _follow(args, st, evs, wanted)
     data = [e.to_dict() for e in evs]
-    rows = [[iso(e.at), e.code,
-             e.session_id or "", e.reason or ""] for e in evs]
+    rows = [[iso(e.at), e.code, e.session_id or "", e.reason or ""] for e in evs]
     text = table(rows, ["at", "event", "session", "reason"]) if rows else "(no events)"
     return 0, {"events": data}, text
+
+
+def _follow(args: argparse.Namespace, st: Any, shown: list[Any], wanted: Any) -> Result:
+    """Print ``shown``, then every new event as it lands (polled: the log is plain files, and
+    a sync tool brings other nodes' lines the same way), until Ctrl-C."""
+    import json
+    import sys
+    import time
+
+    def say(e: Any) -> None:
+        if args.json:
+            print(json.dumps(e.to_dict(), default=str, ensure_ascii=False), flush=True)
+        else:
+            print(f"{iso(e.at)}  {e.code}  {e.session_id or ''}  {e.reason or ''}".rstrip(),
+                  flush=True)
+
+    seen = {_key(e) for e in shown}
+    for e in shown:
+        say(e)
+    print(f"fsdurable: following the event log of {st.root} (Ctrl-C to stop)", file=sys.stderr,
+          flush=True)
+    while True:
+        time.sleep(0.5)
+        for e in st.events(args.session_id):
+            if _key(e) not in seen and wanted(e) and e.code != "event_log_damaged":
+                seen.add(_key(e))
+                say(e)
+
+
+def _key(e: Any) -> tuple[Any, ...]:
+    return (e.at, e.code, e.session_id, e.turn_id, e.node_id, e.reason)
 
 
 @command("cancel", args=_sid_args)
@@ -114,7 +184,9 @@ def _doctor(args: argparse.Namespace) -> Result:
     from .._doctor import doctor, problems
 
     st = open_store(args)
-    findings = doctor(st, repair=args.repair)
+    with Progress(args, "doctor: " + ("scanning and repairing" if args.repair else "scanning")
+                  + f" {st.root}"):
+        findings = doctor(st, repair=args.repair)
     left = problems(findings)
     rows = [[f.severity, f.code, f.session_id or "", "repaired" if f.repaired else
              (f.repair or ""), f.path, f.detail] for f in findings]
@@ -131,10 +203,15 @@ KINDS = ("session", "marker", "event", "manifest", "lghead", "lgrecord", "pydant
 
 
 def schema_text(kind: str) -> str:
-    """A shipped JSON Schema (``fsdurable/schemas/<kind>.schema.json``, in the wheel)."""
+    """A JSON Schema as installed: the wheel ships the top-level ``schemas/`` (their one source)
+    as ``fsdurable/schemas/``; a source checkout has them beside the package."""
     from importlib.resources import files
 
-    return files("fsdurable").joinpath("schemas", f"{kind}.schema.json").read_text("utf-8")
+    name = f"{kind}.schema.json"
+    installed = files("fsdurable").joinpath("schemas", name)
+    if installed.is_file():
+        return installed.read_text("utf-8")
+    return files("fsdurable").joinpath("..", "schemas", name).read_text("utf-8")
 
 
 def _schema_args(p: argparse.ArgumentParser) -> None:

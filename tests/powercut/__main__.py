@@ -31,7 +31,8 @@ def _one(args: argparse.Namespace, variant: str, stop: bool,
         os.environ["FSDURABLE_STATE_DIR"] = os.path.join(base, "state")
         return run.run(base, cuts=args.cuts, seed=args.seed, variant=variant,
                        epoch=args.epoch, stop_at_first=stop, progress=not args.json,
-                       image_dir=img, methods=methods)
+                       image_dir=img, methods=methods,
+                       max_seconds=None if args.minutes is None else args.minutes * 60)
 
 
 def main(argv: list[str]) -> int:
@@ -42,6 +43,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--variant", choices=workload.VARIANTS, default="correct")
     p.add_argument("--teeth", action="store_true",
                    help="run each broken variant until its first violation")
+    p.add_argument("--minutes", type=float, default=None,
+                   help="stop cutting after this long (the figures are still printed)")
     p.add_argument("--all-cuts", action="store_true",
                    help="with a broken --variant: go on after its first violation")
     p.add_argument("--dir", default=None, help="where the logs go (default: the temp dir)")

@@ -29,6 +29,8 @@ import time
 from collections import Counter
 from typing import Any
 
+from tests.torture.kills import _die_with_parent
+
 from . import check, workload
 from .disk import Ext4, HarnessError, shutdown
 
@@ -51,6 +53,7 @@ def _child(fn: Any, *args: Any, stderr: str | None = None, **kw: Any) -> int:
         code = 1
         try:
             os.setpgid(0, 0)
+            _die_with_parent()  # never a workload left running on the mount
             if stderr is not None:
                 fd = os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
                 os.dup2(fd, 2)
@@ -70,13 +73,16 @@ def _child(fn: Any, *args: Any, stderr: str | None = None, **kw: Any) -> int:
     return pid
 
 
-def _kill_group(pid: int) -> None:
+def _kill_group(pid: int) -> int:
+    """SIGKILL the process group of ``pid``; its wait status."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, 0)
+    try:
+        return os.waitpid(pid, 0)[1]
+    except ChildProcessError:
+        return 0
 
 
 def _checker(root: str, ack_files: list[str], out: str) -> None:
@@ -116,11 +122,18 @@ def _wait_for(fd: int, want: bytes, deadline: float) -> bool:
             return True
 
 
+def _terminate(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # so the finally below unmounts and detaches
+
+
 def run(base: str, *, cuts: int = 30, seed: int = 1, variant: str = "correct",
         epoch: int = 25, stop_at_first: bool = False, progress: bool = False,
-        methods: tuple[str, ...] = METHODS, image_dir: str | None = None) -> dict[str, Any]:
-    """Cut the power ``cuts`` times; the figures and every violation (see the docstring)."""
+        methods: tuple[str, ...] = METHODS, image_dir: str | None = None,
+        max_seconds: float | None = None) -> dict[str, Any]:
+    """Cut the power ``cuts`` times (or until ``max_seconds`` have passed); the figures and
+    every violation (see the module docstring)."""
     _preload()
+    previous = signal.signal(signal.SIGTERM, _terminate)
     rnd = random.Random(seed)
     disk = Ext4(image_dir or base)
     options = ""
@@ -135,14 +148,18 @@ def run(base: str, *, cuts: int = 30, seed: int = 1, variant: str = "correct",
     quarantined: set[str] = set()
     try:
         for k in range(cuts):
+            if max_seconds is not None and time.monotonic() - t0 > max_seconds:
+                break
             if k % epoch == 0:
                 disk.format()
                 options = disk.mount_options()
                 ack_files = []
             root = os.path.join(disk.mnt, "store")
             method = methods[k % len(methods)]
+            # half the chosen cuts count from the start (they land in the restart's recovery
+            # too), half from the end of the restart (in the workload's own calls)
             cut = None if method == "random" else workload.Cut(
-                method, rnd.randint(1, MAX_N[method]))
+                method, rnd.randint(1, MAX_N[method]), after_restart=rnd.random() < 0.5)
             acks = os.path.join(logs, f"acks-{k}.jsonl")
             errs = os.path.join(logs, f"errors-{k}.jsonl")
             ack_files.append(acks)
@@ -152,6 +169,7 @@ def run(base: str, *, cuts: int = 30, seed: int = 1, variant: str = "correct",
                          stderr=os.path.join(logs, f"stderr-{k}.txt"))
             os.close(wfd)
             start = time.monotonic()
+            cut_at = float("inf")  # a chosen cut: the workload logs when it issued it
             how = method
             try:
                 if cut is None or not _wait_for(rfd, b"C", start + CHOSEN_TIMEOUT):
@@ -160,11 +178,11 @@ def run(base: str, *, cuts: int = 30, seed: int = 1, variant: str = "correct",
                     else:
                         time.sleep(max(0.0, start + rnd.uniform(*RANDOM_CUT)
                                        - time.monotonic()))
+                    cut_at = time.monotonic()
                     shutdown(disk.mnt)
-                cut_at = time.monotonic()
                 time.sleep(rnd.uniform(*AFTER_CUT))
             finally:
-                _kill_group(pid)
+                wstatus = _kill_group(pid)
                 os.close(rfd)
             disk.remount()
             verdict = os.path.join(logs, f"verdict-{k}.json")
@@ -175,7 +193,15 @@ def run(base: str, *, cuts: int = 30, seed: int = 1, variant: str = "correct",
             with open(verdict, encoding="utf-8") as f:
                 res = json.load(f)
             found = [f"cut {k} ({how}, {variant}): {v}" for v in res["violations"]]
-            for e in check.read_acks(errs):
+            if os.WIFEXITED(wstatus):  # it never lives to its end: something escaped it
+                with open(os.path.join(logs, f"stderr-{k}.txt"), errors="replace") as f:
+                    found.append(f"cut {k} ({how}): the workload died by itself: "
+                                 f"{f.read()[-1500:]}")
+            errors = check.read_acks(errs)
+            cut_at = min([cut_at, *(e["t"] for e in errors if e.get("cut"))])
+            for e in errors:
+                if e.get("cut"):
+                    continue
                 if e["t"] < cut_at:
                     found.append(f"cut {k} ({how}): workload error before the cut: "
                                  f"{e['error']}")
@@ -203,6 +229,7 @@ def run(base: str, *, cuts: int = 30, seed: int = 1, variant: str = "correct",
                 break
     finally:
         disk.close()
+        signal.signal(signal.SIGTERM, previous)
     return {"cuts": done, "variant": variant, "seconds": round(time.monotonic() - t0, 1),
             "violations": violations[:50], "violation_count": len(violations),
             "acknowledged": sum(c["acked"] for c in per.values()),

@@ -65,20 +65,23 @@ class AckLog:
 
 @attrs.define
 class Cut:
-    """Cut the power after the ``n``-th disk operation of ``kind`` (``CUT_KINDS``)."""
+    """Cut the power after the ``n``-th disk operation of ``kind`` (``CUT_KINDS``), counted from
+    the process's start, or (``after_restart``) from the end of its restart recovery."""
 
     kind: str
     n: int
+    after_restart: bool = False
 
 
 class _Cutter:
     """The ``_fsio`` recorder that issues a chosen cut."""
 
-    def __init__(self, cut: Cut, mnt: str, status_fd: int) -> None:
-        self.cut, self.mnt, self.status_fd = cut, mnt, status_fd
+    def __init__(self, cut: Cut, mnt: str, status_fd: int, errors: AckLog) -> None:
+        self.cut, self.mnt, self.status_fd, self.errors = cut, mnt, status_fd, errors
         self.seen = 0
         self.armed = False  # the Nth matching op has been announced: cut at the next one
         self.done = False
+        self.counting = not cut.after_restart
 
     def _matches(self, op: str, args: tuple[Any, ...]) -> bool:
         kind = self.cut.kind
@@ -102,11 +105,12 @@ class _Cutter:
         from .disk import shutdown
 
         self.done = True
+        self.errors(t=time.monotonic(), cut=True)  # every error logged after this: the cut's
         shutdown(self.mnt)
         os.write(self.status_fd, b"C")
 
     def __call__(self, op: str, args: tuple[Any, ...]) -> None:
-        if self.done:
+        if self.done or not self.counting:
             return
         if self.armed:  # the op after the Nth one: the Nth has fully happened
             self.fire()
@@ -191,8 +195,7 @@ def _commit_ack(ack: AckLog, s: Any, what: str) -> None:
 
 def _restart(root: str, loop: fsdurable.AgentLoop, errors: AckLog) -> None:
     """What a host does at startup: recovery, then ``doctor --repair`` (the real CLI)."""
-    with suppress(fsdurable.FsDurableError):
-        fsdurable.recover(loop.store, loop)
+    fsdurable.recover(loop.store, loop)
     out = subprocess.run([sys.executable, "-m", "fsdurable", "--root", root, "--json", "doctor",
                           "--repair"], capture_output=True, text=True, timeout=120)
     if out.returncode not in (0, 1):
@@ -216,13 +219,19 @@ def run(root: str, acks: str, errors_path: str, *, gen: int, seed: int, status_f
     rnd = random.Random(seed)
     ack, errors = AckLog(acks), AckLog(errors_path)
     install_variant(variant)
-    if cut is not None:
-        _fsio.set_recorder(_Cutter(cut, mnt, status_fd))
-    store = fsdurable.Store(root, config=_config())
-    ack(k="store")  # opened (created, the first time): from here the store must be there
-    loop = _loop(store)
-    _restart(root, loop, errors)
-    os.write(status_fd, b"R")
+    cutter = None if cut is None else _Cutter(cut, mnt, status_fd, errors)
+    _fsio.set_recorder(cutter)
+    try:
+        store = fsdurable.Store(root, config=_config())
+        ack(k="store")  # opened (created, the first time): from here the store must be there
+        loop = _loop(store)
+        _restart(root, loop, errors)
+    except Exception as e:  # after the cut (the disk gone): expected; before it: a violation
+        errors(t=time.monotonic(), error=f"restart: {type(e).__name__}: {e}"[:500])
+        while True:
+            time.sleep(1)  # until the driver kills us
+    if cutter is not None:
+        cutter.counting = True
 
     g = f"g{gen}"
     counter = itertools.count()
