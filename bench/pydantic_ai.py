@@ -200,10 +200,19 @@ def section(d: dict[str, Any]) -> str:
     rows2 = [[f"`{k}`", f"{v['median']:.2f} s", str(v["tool_reruns"])] for k, v in up.items()]
     p = d["params"]
     return (f"A {st['steps']}-step run (offline `FunctionModel`), all contenders interleaved "
-            "in one run; per step = median run / steps.\n\n"
+            "in one run; per step = median run / steps. `plain`: `agent.run`, not durable; "
+            "`fsdurable`: `FsDurableAgent` as it comes (checkpoints debounced 2 s); "
+            "`fsdurable_every`: every node boundary committed (as DBOS journals every model "
+            "request); `fsdurable_ledger`: that, and the tool's intent and outcome committed "
+            "(declared `external`); `dbos`: `DBOSDurability` inside a `@DBOS.workflow` on "
+            "SQLite.\n\n"
             + table(["run", "per step (median)"], rows)
-            + f"\n\nStartup: {p['interrupted']} runs SIGKILLed mid-run among {p['finished']:,} "
-            "finished ones; a fresh process finds and resumes them (imports included).\n\n"
+            + f"\n\nStartup: {p['interrupted']} runs SIGKILLed at step 10 among "
+            f"{p['finished']:,} finished ones; a fresh process finds and resumes them (imports "
+            "included). Tool calls run again: of the steps before the crash — `fsdurable` as it "
+            "comes re-runs an effect-free tool after its last (debounced) checkpoint, "
+            "`fsdurable_ledger` (the tool declared `idempotent`) answers every completed call "
+            "from the ledger, DBOS re-runs every function tool (a tool is not a DBOS step).\n\n"
             + table(["recovery", "to the last resumed run's end (median)",
                      "tool calls run again"], rows2))
 
