@@ -308,3 +308,13 @@ def test_a_new_prompt_on_a_paused_run_tells_the_model_the_call_never_ran(
     assert out.status == "completed" and "waited for a human" in out.output
     assert pai.paused_calls(d.store.load("chat")) is None
     assert "delete /tmp/x" not in lines(tmp_path / "log")
+
+
+def test_show_describes_a_durable_runs_conversation(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PAI_LOG", str(tmp_path / "log"))
+    d = durable(tmp_path)
+    d.run_sync("go", session_id="chat")
+    got = pai.describe(d.store, d.store.load("chat"))
+    assert (got["kind"], got["messages"]) == ("pydantic-ai durable run", 8)
+    assert got["last"][-1]["text"] == pai_agent.FINAL
