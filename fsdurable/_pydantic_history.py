@@ -95,8 +95,14 @@ def settled(s: Session, history: Sequence[ModelMessage]) -> list[ModelMessage]:
     if not out or not isinstance(out[-1], ModelResponse) or not out[-1].tool_calls:
         return out
     n = sum(1 for m in out if isinstance(m, ModelResponse))
-    raw = s.metadata.get("review_answers")
-    answers = raw if isinstance(raw, dict) else {}
+    from ._review import answer_of
+
+    turns: set[str] = set()  # the turns whose calls were parked (open or closed reviews)
+    for k in (REVIEW, "review_closed"):
+        got = s.metadata.get(k)
+        if isinstance(got, dict):
+            turns |= {str(c.get("turn_id") or got.get("turn_id")) for c in got.get("calls") or []
+                      if isinstance(c, dict)}
     rr = s.metadata.get(REVIEW)
     parked = {c.get("tool_call_id") for c in (rr.get("calls") or [])
               if isinstance(c, dict)} if isinstance(rr, dict) else set()
@@ -105,7 +111,7 @@ def settled(s: Session, history: Sequence[ModelMessage]) -> list[ModelMessage]:
     parts = []
     for c in out[-1].tool_calls:
         key = call_key(c.tool_call_id, n)
-        a = answers.get(key)
+        a = next((x for t in sorted(turns) if (x := answer_of(s, t, key)) is not None), None)
         if isinstance(a, dict) and a.get("answer") == "ran":
             text = "ran: a human confirmed this call ran (its result was not recorded)"
         elif isinstance(a, dict):

@@ -318,3 +318,23 @@ def test_show_describes_a_durable_runs_conversation(tmp_path: Path,
     got = pai.describe(d.store, d.store.load("chat"))
     assert (got["kind"], got["messages"]) == ("pydantic-ai durable run", 8)
     assert got["last"][-1]["text"] == pai_agent.FINAL
+
+
+@pytest.mark.parametrize("ran", [True, False])
+def test_after_review_the_next_run_tells_the_model_what_the_human_answered(
+        tmp_path: Path, ran: bool) -> None:
+    root, log = tmp_path / "store", tmp_path / "log"
+    killed(root, log, "send")
+    assert recovered(root, log)["report"]["outcomes"][0]["outcome"] == "review_required"
+    store = fsdurable.Store(root)
+    fsdurable.answer_review(store, "chat", ran=ran)
+    told: list[str] = []
+
+    def model(messages: Any, info: Any) -> ModelResponse:
+        told[:] = [str(p.content) for p in pai_agent.returns(messages) if p.tool_name == "send"]
+        return ModelResponse(parts=[TextPart("ok")])
+
+    d = pai.FsDurableAgent(Agent(FunctionModel(model)), store)
+    assert d.run_sync("and now?", session_id="chat", attended=True).status == "completed"
+    assert len(told) == 1 and told[0].startswith("ran:" if ran else "not run:"), told
+    assert effects(log).count("send ana") == 1
