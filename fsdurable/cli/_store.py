@@ -80,7 +80,8 @@ def _show(args: argparse.Namespace) -> Result:
     from .._codec import session_to_dict
     from .._review import parked
 
-    s = _load_named(open_store(args), args.session_id)
+    st = open_store(args)
+    s = _load_named(st, args.session_id)
     d = session_to_dict(s)
     if isinstance(d.get("turn"), dict):  # one vocabulary: turn_id, as everywhere else
         d["turn"] = {"turn_id": d["turn"].pop("id"), **d["turn"]}
@@ -109,7 +110,44 @@ def _show(args: argparse.Namespace) -> Result:
         text = m.content if len(m.content) <= 100 else m.content[:97] + "..."
         calls = "".join(f" [{c.name}]" for c in m.tool_calls)
         lines.append(f"  {m.role:>9}: {text}{calls}")
+    adapter = _adapter(st, s)
+    if adapter is not None:
+        d["adapter"] = adapter
+        lines[lines.index(f"{len(s.messages)} messages")] = _adapter_line(adapter)
+        if adapter.get("last"):
+            lines += [f"  {m['kind']:>9}: {m['text'][:100]}" for m in adapter["last"]]
     return 0, d, "\n".join(lines)
+
+
+def _adapter(st: Any, s: Any) -> dict[str, Any] | None:
+    """What an Agents SDK or Pydantic AI session's adapter says of it (each adapter's own
+    ``describe``: this module parses no adapter format); None for any other session (a
+    LangGraph thread's head is described above)."""
+    from .._records import driver_of
+
+    owner = driver_of(s.turn.driver if s.turn else "", s.source)
+    try:
+        if owner == "openai-agents":
+            from ..openai_agents import describe as describe_oa
+
+            return describe_oa(s)
+        if owner == "pydantic-ai":
+            from ..pydantic_ai import describe as describe_pa
+
+            return describe_pa(st, s)
+    except ImportError as e:  # the framework is not installed here: say so, show the rest
+        return {"kind": f"{owner} session", "unread": f"{e.name} is not installed "
+                f"(pip install 'fsdurable[{owner}]' to read it)"}
+    return None
+
+
+def _adapter_line(a: dict[str, Any]) -> str:
+    if "unread" in a:
+        return f"{a['kind']}: {a['unread']}"
+    if a["kind"] == "openai-agents session":
+        return f"Agents SDK session: {a['items']} items" + (
+            f", run {a['run']}" if a.get("run") else "")
+    return f"Pydantic AI conversation: {a['messages']} messages"
 
 
 def _events_args(p: argparse.ArgumentParser) -> None:
