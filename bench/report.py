@@ -257,8 +257,11 @@ def growth(d: dict[str, Any]) -> str:
                     size(fl["write_bytes"]), x(fl["write_bytes"] / c["content_bytes"])]]))
     r = d["rsync"]
     out += (f"\n\n`rsync -a --no-whole-file` after one turn of a {r['messages']:,}-message "
-            f"session sends {size(r['bytes_sent'])} for {size(r['turn_content_bytes'])} of "
-            f"new messages ({x(r['ratio'])}).")
+            f"session ({r['files_in_store']:,} files in the store) sends "
+            f"{size(r['bytes_sent'])} for {size(r['turn_content_bytes'])} of new messages "
+            f"({x(r['ratio'])}); with nothing changed it sends "
+            f"{size(r['bytes_sent_nothing_changed'])} (its file list), so the turn itself costs "
+            f"{x(r['ratio_above_file_list'])} its content.")
     tp = d["throughput"]
     out += ("\n\nReading a whole history (a fresh `Store`, `load`, `tuple(messages)`) against "
             "`orjson.loads` of the same messages as one file:\n\n" +
