@@ -83,7 +83,7 @@ def test_own_temp_and_foreign_names(sid: str) -> None:
 
 def far_document(store: Store, s: Session) -> bytes:
     """Another node's document of ``s``; its new messages arrive too, as that node's segment."""
-    chain, segment = plan_history(store, s.id, s)
+    chain, segment = plan_history(store._ctx, s.id, s)
     if segment is not None:
         with open(os.path.join(store.layout.history_dir(s.id), segment[0]), "wb") as f:
             f.write(segment[1])
