@@ -19,7 +19,6 @@ repairs it, and returns the violations and the figures:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import subprocess
@@ -29,6 +28,7 @@ from collections import Counter
 from typing import Any
 
 import fsdurable
+from tests.torture.kills import _read_jsonl
 
 __all__ = ["check", "read_acks"]
 
@@ -39,17 +39,7 @@ UNREADABLE = ("unreadable_session", "unreadable_marker", "manifest_unreadable",
 
 def read_acks(path: str) -> list[dict[str, Any]]:
     """The lines of an ack log (the last one may be torn by the kill: skipped)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in data.split(b"\n"):
-        if line.strip():
-            with contextlib.suppress(ValueError):
-                out.append(json.loads(line))
-    return out
+    return _read_jsonl(path)
 
 
 class _Check:

@@ -29,6 +29,8 @@ import time
 from collections import Counter
 from typing import Any
 
+from tests.torture.kills import _die_with_parent
+
 from . import check, workload
 from .disk import Ext4, HarnessError, shutdown
 
@@ -51,6 +53,7 @@ def _child(fn: Any, *args: Any, stderr: str | None = None, **kw: Any) -> int:
         code = 1
         try:
             os.setpgid(0, 0)
+            _die_with_parent()  # never a workload left running on the mount
             if stderr is not None:
                 fd = os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
                 os.dup2(fd, 2)
@@ -166,6 +169,7 @@ def run(base: str, *, cuts: int = 30, seed: int = 1, variant: str = "correct",
                          stderr=os.path.join(logs, f"stderr-{k}.txt"))
             os.close(wfd)
             start = time.monotonic()
+            cut_at = float("inf")  # a chosen cut: the workload logs when it issued it
             how = method
             try:
                 if cut is None or not _wait_for(rfd, b"C", start + CHOSEN_TIMEOUT):
@@ -174,8 +178,8 @@ def run(base: str, *, cuts: int = 30, seed: int = 1, variant: str = "correct",
                     else:
                         time.sleep(max(0.0, start + rnd.uniform(*RANDOM_CUT)
                                        - time.monotonic()))
+                    cut_at = time.monotonic()
                     shutdown(disk.mnt)
-                cut_at = time.monotonic()
                 time.sleep(rnd.uniform(*AFTER_CUT))
             finally:
                 wstatus = _kill_group(pid)
@@ -193,7 +197,11 @@ def run(base: str, *, cuts: int = 30, seed: int = 1, variant: str = "correct",
                 with open(os.path.join(logs, f"stderr-{k}.txt"), errors="replace") as f:
                     found.append(f"cut {k} ({how}): the workload died by itself: "
                                  f"{f.read()[-1500:]}")
-            for e in check.read_acks(errs):
+            errors = check.read_acks(errs)
+            cut_at = min([cut_at, *(e["t"] for e in errors if e.get("cut"))])
+            for e in errors:
+                if e.get("cut"):
+                    continue
                 if e["t"] < cut_at:
                     found.append(f"cut {k} ({how}): workload error before the cut: "
                                  f"{e['error']}")

@@ -76,8 +76,8 @@ class Cut:
 class _Cutter:
     """The ``_fsio`` recorder that issues a chosen cut."""
 
-    def __init__(self, cut: Cut, mnt: str, status_fd: int) -> None:
-        self.cut, self.mnt, self.status_fd = cut, mnt, status_fd
+    def __init__(self, cut: Cut, mnt: str, status_fd: int, errors: AckLog) -> None:
+        self.cut, self.mnt, self.status_fd, self.errors = cut, mnt, status_fd, errors
         self.seen = 0
         self.armed = False  # the Nth matching op has been announced: cut at the next one
         self.done = False
@@ -105,6 +105,7 @@ class _Cutter:
         from .disk import shutdown
 
         self.done = True
+        self.errors(t=time.monotonic(), cut=True)  # every error logged after this: the cut's
         shutdown(self.mnt)
         os.write(self.status_fd, b"C")
 
@@ -218,7 +219,7 @@ def run(root: str, acks: str, errors_path: str, *, gen: int, seed: int, status_f
     rnd = random.Random(seed)
     ack, errors = AckLog(acks), AckLog(errors_path)
     install_variant(variant)
-    cutter = None if cut is None else _Cutter(cut, mnt, status_fd)
+    cutter = None if cut is None else _Cutter(cut, mnt, status_fd, errors)
     _fsio.set_recorder(cutter)
     try:
         store = fsdurable.Store(root, config=_config())
