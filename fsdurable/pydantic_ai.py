@@ -45,6 +45,8 @@ from ._async import StoreLike, as_store
 from ._errors import ConflictError, SessionNotFound, UnreadableState
 from ._layout import validate_session_id
 from ._model import Session
+from ._pydantic_history import paused as paused_calls
+from ._pydantic_run import DurableRun, FsDurableAgent, RunOutcome, recover, tool_context
 from ._recordcodec import newer_format
 
 KEY = "pydantic_ai"  # the session metadata key this adapter owns, and its entries' directory
@@ -224,8 +226,26 @@ class FileConversationStore(ConversationStore):
         return entries
 
 
+def history(store: StoreLike, session_id: str) -> list[Any]:
+    """The message history (``ModelMessage`` list) a durable run keeps in session
+    ``session_id`` ([] if it has none)."""
+    from ._pydantic_history import messages
+
+    st = as_store(store)
+    try:
+        return list(messages(st.load(validate_session_id(session_id))))
+    except SessionNotFound:
+        return []
+
+
 class _Newer(ValueError):
     """An entry of a newer writer's vocabulary (entry kind, message or part kind)."""
+
+
+def _brief(msg: Any) -> dict[str, Any]:
+    text = " ".join(str(getattr(p, "content", "")) for p in msg.parts
+                    if isinstance(getattr(p, "content", None), str))
+    return {"kind": msg.kind, "parts": [p.part_kind for p in msg.parts], "text": text}
 
 
 def describe(store: StoreLike, s: Session, *, last: int = 20) -> dict[str, Any]:
@@ -234,18 +254,20 @@ def describe(store: StoreLike, s: Session, *, last: int = 20) -> dict[str, Any]:
     conversations = FileConversationStore(store)
     record = conversations._fs_record_of(s)
     if record is None:
+        from ._pydantic_history import KEY as RUNS
+        from ._pydantic_history import messages
+
+        if RUNS in s.metadata:  # a durable run's conversation (FsDurableAgent)
+            msgs = messages(s)
+            return {"kind": "pydantic-ai durable run", "messages": len(msgs),
+                    "last": [_brief(m) for m in msgs[-last:]]}
         return {"kind": "pydantic-ai conversation", "messages": 0, "last": []}
-    history = conversations._fs_history(record.head_id, None)
-    shown = []
-    for entry in history[-last:]:
-        msg = entry.message
-        text = " ".join(str(getattr(p, "content", "")) for p in msg.parts
-                        if isinstance(getattr(p, "content", None), str))
-        shown.append({"kind": msg.kind, "parts": [p.part_kind for p in msg.parts],
-                      "text": text})
+    entries = conversations._fs_history(record.head_id, None)
+    shown = [_brief(entry.message) for entry in entries[-last:]]
     return {"kind": "pydantic-ai conversation", "conversation_id": record.conversation_id,
-            "messages": len(history), "requests": record.usage.requests,
+            "messages": len(entries), "requests": record.usage.requests,
             "revision": record.revision, "last": shown}
 
 
-__all__ = ["FileConversationStore", "describe"]
+__all__ = ["DurableRun", "FileConversationStore", "FsDurableAgent", "RunOutcome", "describe",
+           "history", "paused_calls", "recover", "tool_context"]
