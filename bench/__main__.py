@@ -11,7 +11,7 @@ import time
 from ._harness import QUICK_RESULTS, RESULTS, log
 
 PARTS = ("startup", "discovery", "commit", "growth", "memory", "looplag", "adapters",
-         "events", "langgraph")
+         "events", "langgraph", "pydantic_ai")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,6 +12,9 @@ timed interleaved round by round, so background load hits all of them alike:
   agents_sqlite         ``from agents import SQLiteSession`` (the SDK's own store)
   pydantic_ai           ``from fsdurable.pydantic_ai import FileConversationStore``
   pydantic_ai_memory    ``from pydantic_ai.conversation_store import InMemoryConversationStore``
+  pydantic_ai_durable   ``from fsdurable.pydantic_ai import FsDurableAgent`` (durable runs)
+  pydantic_ai_dbos      ``from pydantic_ai.durable_exec.dbos import DBOSDurability`` (the
+                        framework's own durable runs, on DBOS)
   claude                ``from fsdurable.claude import FileSessionStore`` (no SDK import)
   claude_memory         ``from claude_agent_sdk import InMemorySessionStore``
 A framework that is not installed is left out (and named in ``missing``).
@@ -43,11 +46,13 @@ CONTENDERS = {
     "pydantic_ai": ("from fsdurable.pydantic_ai import FileConversationStore", "pydantic_ai"),
     "pydantic_ai_memory": ("from pydantic_ai.conversation_store import "
                            "InMemoryConversationStore", "pydantic_ai"),
+    "pydantic_ai_durable": ("from fsdurable.pydantic_ai import FsDurableAgent", "pydantic_ai"),
+    "pydantic_ai_dbos": ("from pydantic_ai.durable_exec.dbos import DBOSDurability", "dbos"),
     "claude": ("from fsdurable.claude import FileSessionStore", None),
     "claude_memory": ("from claude_agent_sdk import InMemorySessionStore", "claude_agent_sdk"),
 }
 PAIRS = {"openai_agents": "agents_sqlite", "pydantic_ai": "pydantic_ai_memory",
-         "claude": "claude_memory"}
+         "pydantic_ai_durable": "pydantic_ai_dbos", "claude": "claude_memory"}
 FULL = {"min_reps": 10, "max_reps": 20, "budget": 20.0, "warmup": 1}
 QUICK = {"min_reps": 1, "max_reps": 1, "budget": 1.0, "warmup": 0}
 

@@ -16,7 +16,7 @@ from ._harness import RESULTS, fmt_time
 
 README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "README.md")
 PARTS = ("startup", "discovery", "commit", "growth", "memory", "adapters", "events",
-         "langgraph")
+         "langgraph", "pydantic_ai")
 
 
 def load(results: str) -> dict[str, Any]:
@@ -539,7 +539,8 @@ def render(data: dict[str, Any], made: list[str]) -> str:
     if "memory" in data:
         parts += ["## Memory", "", memory(data["memory"]), ""]
     for name, title in (("adapters", "Framework adapters: the import a user pays"),
-                        ("langgraph", "LangGraph checkpointer")):
+                        ("langgraph", "LangGraph checkpointer"),
+                        ("pydantic_ai", "Pydantic AI durable runs: fsdurable and DBOS")):
         if name in data:
             import importlib
 

@@ -297,8 +297,10 @@ def write_new(path: str, data: bytes, *, durable: bool = True) -> None:
     For files only ever read once something durable names them (a LangGraph thread's records:
     the head that counts a record is committed after this returns). A crash mid-way may leave a
     short file under the name; nothing refers to it, and its writer replaces it. Raises
-    FileExistsError if the name is taken.
+    FileExistsError if the name is taken; UnreadableState (reason ``symlink``) if the directory
+    is a symlink (never written through: the files it points to are outside the store).
     """
+    _own_dir(os.path.dirname(path))
     with storage_errors(path, "write"):
         _rec("create", path)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC,
@@ -540,9 +542,23 @@ def rmdir(path: str, *, durable: bool = True) -> bool:
         return True
 
 
-def list_names(path: str) -> list[str]:
+def _own_dir(path: str) -> None:
+    """Refuse a symlink (or a file) where a directory of the store belongs."""
+    st = lstat(path)
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        link = stat.S_ISLNK(st.st_mode)
+        what = "a symlink" if link else "not a directory"
+        raise UnreadableState(f"{path} is {what}: never followed", path=path,
+                              reason="symlink" if link else "not_a_directory")
+
+
+def list_names(path: str, *, follow: bool = True) -> list[str]:
     """One listing of a directory (``os.scandir``); [] if it does not exist. StorageError if the
-    disk refuses it (a directory at mode 0000: EACCES; a file in its place: ENOTDIR)."""
+    disk refuses it (a directory at mode 0000: EACCES; a file in its place: ENOTDIR).
+    ``follow=False``: a symlink at ``path`` is refused (UnreadableState, reason ``symlink``)
+    instead of listed through — for a directory whose entries the caller may delete."""
+    if not follow:
+        _own_dir(path)
     try:
         with storage_errors(path, "list"), os.scandir(path) as it:
             return [e.name for e in it]

@@ -22,7 +22,7 @@ whatever the length of the thread. Deleting records (prune, delete_for_runs) fir
 into the head's ``gone`` list (invisible from then on), then unlinks the ones no surviving
 checkpoint needs a blob from.
 
-Record file: one JSON header line (``fsdurable/schemas/lgrecord.schema.json``), then the
+Record file: one JSON header line (``schemas/lgrecord.schema.json``), then the
 payload: the serializer's typed bytes of every part, concatenated, exactly as given (crc32 in
 the header).
 """
@@ -41,7 +41,7 @@ import attrs
 from . import _fsio
 from ._errors import InvalidState, SessionNotFound, UnreadableState
 from ._layout import new_id, validate_session_id
-from ._model import Session, Turn
+from ._model import Session
 from ._store import Store
 
 PREFIX = "lg-"
@@ -53,6 +53,8 @@ Typed = tuple[str, bytes]
 # run states kept in the head; only "running" is an interrupted run after a crash
 RUNNING, ENDED, PAUSED, FAILED = "running", "ended", "paused", "failed"
 _HEADER_PEEK = 1 << 16
+# commits a thread's new head (and run state) for a graph run: (session, head, state) -> session
+Through = Callable[[Session, dict[str, Any], "str | None"], Session]
 _CACHE = 256  # records kept parsed in memory (immutable: a cached record is never stale)
 
 
@@ -135,8 +137,32 @@ class _Index:
 
 
 def new_head(thread_id: str) -> dict[str, Any]:
-    return {"format": HEAD_FORMAT, "thread_id": thread_id, "seq": 0, "epoch": 0, "ns": {},
-            "gone": [], "run": {"state": ENDED, "run_id": None}}
+    """A new thread's head. ``gen``: this incarnation of the thread — a thread deleted and
+    started again under the same id (its records numbered from 1 again) is another ``gen``,
+    so no cache keyed by it answers from the deleted thread's records."""
+    return {"format": HEAD_FORMAT, "thread_id": thread_id, "gen": new_id(), "seq": 0,
+            "epoch": 0, "ns": {}, "gone": [], "run": {"state": ENDED, "run_id": None}}
+
+
+def gen_of(s: Session) -> str:
+    """The thread's incarnation (a head written before ``gen`` existed: its creation time)."""
+    gen = head_of(s).get("gen")
+    return gen if isinstance(gen, str) else repr(s.created_at)
+
+
+def with_state(head: dict[str, Any], state: str | None) -> dict[str, Any]:
+    """``head`` with its run state set (None: unchanged)."""
+    return head if state is None else {**head, "run": {**head["run"], "state": state}}
+
+
+def describe(s: Session) -> dict[str, Any]:
+    """What a thread session is, for a listing (the CLI): its LangGraph thread id, its run's
+    state, the latest checkpoint of each namespace, its record count. Stdlib only; raises
+    UnreadableState if the session is not a LangGraph thread."""
+    h = head_of(s)
+    return {"session_id": s.id, "thread_id": h["thread_id"], "run": h["run"].get("state"),
+            "in_progress": s.in_progress, "records": h["seq"],
+            "checkpoints": {ns: e["id"] for ns, e in h["ns"].items()}}
 
 
 def head_of(s: Session) -> dict[str, Any]:
@@ -150,15 +176,27 @@ def head_of(s: Session) -> dict[str, Any]:
 class Threads:
     """The LangGraph threads of one store. Thread-safe; many processes may share the store."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, named: bool = False) -> None:
         self.store = store
+        self.named = named
         self.layout = store.layout
         self._durable = store.config.fsync
         self._mu = threading.Lock()
-        self._records: OrderedDict[tuple[str, int], Record] = OrderedDict()
-        self._index: dict[str, tuple[tuple[float, int], _Index]] = {}  # sid -> (era, index)
+        self._records: OrderedDict[tuple[str, str, int], Record] = OrderedDict()
+        self._index: dict[str, tuple[tuple[str, int], _Index]] = {}  # sid -> (era, index)
 
     # ------------------------------------------------------------------ reading
+
+    def sid(self, thread_id: object) -> str:
+        """The session id of a thread: ``thread_session_id`` — or, for a store whose threads
+        are ``named`` (``FsDurableSaver(session_ids="thread")``), the thread id itself when it
+        is a valid session id (``fsdurable show <thread id>``, one id everywhere)."""
+        if self.named and isinstance(thread_id, str):
+            try:
+                return validate_session_id(thread_id)
+            except ValueError:
+                pass
+        return thread_session_id(thread_id)
 
     def session(self, sid: str) -> Session | None:
         try:
@@ -166,8 +204,10 @@ class Threads:
         except SessionNotFound:
             return None
 
-    def record(self, sid: str, seq: int, kind: str) -> Record:
-        key = (sid, seq)
+    def record(self, s: Session, seq: int, kind: str) -> Record:
+        """One record of the thread ``s`` (cached by the thread's incarnation and number)."""
+        sid = s.id
+        key = (sid, gen_of(s), seq)
         with self._mu:
             rec = self._records.get(key)
             if rec is not None:
@@ -182,22 +222,22 @@ class Threads:
                 self._records.popitem(last=False)
         return rec
 
-    def _peek(self, sid: str, seq: int, kind: str) -> dict[str, Any]:
+    def _peek(self, s: Session, seq: int, kind: str) -> dict[str, Any]:
         with self._mu:
-            rec = self._records.get((sid, seq))
+            rec = self._records.get((s.id, gen_of(s), seq))
         if rec is not None:
             return rec.header
-        path = self.layout.lg_record(sid, seq, kind)
+        path = self.layout.lg_record(s.id, seq, kind)
         data = _fsio.read_prefix(path, _HEADER_PEEK)
         if b"\n" not in data:
-            return self.record(sid, seq, kind).header
+            return self.record(s, seq, kind).header
         return _header(data, path)
 
     def index(self, s: Session) -> _Index:
         """Every visible record of the thread; only the records new since the last call are read."""
         head = head_of(s)
         seq, gone = head["seq"], frozenset(head["gone"])
-        era = (s.created_at, head.get("epoch", 0))  # a drop bumps the epoch
+        era = (gen_of(s), head.get("epoch", 0))  # a drop bumps the epoch
         with self._mu:
             cached = self._index.get(s.id)
         if cached is not None and cached[0] == era and cached[1].gone == gone \
@@ -210,13 +250,13 @@ class Threads:
         else:
             idx = _Index(0, gone)
         names = []
-        for name in _fsio.list_names(self.layout.lg_thread(s.id)):
+        for name in _fsio.list_names(self.layout.lg_thread(s.id), follow=False):
             num, _, kind = name.partition(".")
             if kind in KINDS and len(num) == 12 and num.isdigit() \
                     and idx.seq < int(num) <= seq and int(num) not in gone:
                 names.append((int(num), kind))
         for n, kind in sorted(names):
-            h = self._peek(s.id, n, kind)
+            h = self._peek(s, n, kind)
             key = (h["ns"], h["id"])
             if kind == "ckpt":
                 idx.ckpts[key] = n
@@ -245,20 +285,21 @@ class Threads:
             if got is None:
                 return None
             seq, wseqs = got, idx.writes.get((ns, ckid), [])
-        rec = self.record(s.id, seq, "ckpt")
+        rec = self.record(s, seq, "ckpt")
         blobs: dict[str, Typed] = {}
         for ch, (bseq, ver) in rec.header["refs"].items():
-            typed = self.record(s.id, bseq, "ckpt").blob(ch, ver)
+            typed = self.record(s, bseq, "ckpt").blob(ch, ver)
             if typed is not None and typed[0] != "empty":
                 blobs[ch] = typed
-        return rec, blobs, self.writes_of(s.id, wseqs)
+        return rec, blobs, self.writes_of(s, wseqs)
 
-    def writes_of(self, sid: str, seqs: Iterable[int]) -> list[tuple[str, str, Typed, str, int]]:
+    def writes_of(self, s: Session, seqs: Iterable[int]
+                  ) -> list[tuple[str, str, Typed, str, int]]:
         """Pending writes of those records: a repeated (task, idx >= 0) keeps the first, a
         special (negative) index keeps the last; sorted by (task_path, task_id, idx)."""
         kept: dict[tuple[str, int], tuple[str, str, Typed, str, int]] = {}
         for n in sorted(seqs):
-            rec = self.record(sid, n, "writes")
+            rec = self.record(s, n, "writes")
             h = rec.header
             for meta, typed in zip(h["parts"], rec.parts, strict=True):
                 key = (h["task_id"], meta[4])
@@ -271,9 +312,9 @@ class Threads:
         """(session id, thread id) of every thread, from one listing of ``sessions/``."""
         out = []
         for sid in self.store.sessions():
-            if sid.startswith(PREFIX):
+            if sid.startswith(PREFIX) or self.named:
                 s = self.session(sid)
-                if s is not None:
+                if s is not None and (sid.startswith(PREFIX) or "langgraph" in s.metadata):
                     out.append((sid, head_of(s)["thread_id"]))
         return out
 
@@ -281,11 +322,14 @@ class Threads:
 
     def mutate(self, thread_id: str, fn: Callable[[Session | None, dict[str, Any], int],
                                                  tuple[list[tuple[str, bytes]], dict[str, Any],
-                                                       str | None] | None]) -> Session | None:
+                                                       str | None] | None],
+               through: Through | None = None) -> Session | None:
         """Under the thread's commit lock: ``fn(session, head, next_seq)`` returns the records to
         write (kind, bytes), the new head and the run state (None: unchanged) — or None for
-        nothing to do. The records are written (write-once) before the head is committed."""
-        sid = thread_session_id(thread_id)
+        nothing to do. The records are written (write-once) before the head is committed —
+        by ``through(session, head, state)`` if given (the graph run's turn protocol), else by
+        ``commit``."""
+        sid = self.sid(thread_id)
         with self.store.commit_lock(sid):
             s = self.session(sid)
             if s is None:
@@ -300,35 +344,29 @@ class Threads:
                 seq += 1
                 self._write_once(sid, seq, kind, data)
             new["seq"] = seq
+            if through is not None and s is not None:
+                return through(s, new, state)
             return self.commit(sid, s, new, state)
 
     def commit(self, sid: str, s: Session | None, head: dict[str, Any],
                state: str | None) -> Session:
-        """Commit the head (and the run state) through the store's one commit function."""
+        """Commit the head (and the run state) through the store's one commit function, outside
+        any graph run (a new thread, a prune, a put by a caller that runs no graph). A turn in
+        progress is left to the run that owns it: only the graph run's turn protocol
+        (``through``) begins or ends one."""
         now = self.store.clock()
         if s is None:
             s = Session(id=sid, created_at=now, updated_at=now, source=SOURCE,
                         route_key=f"session:{sid}")
-        base = s.version
-        run = dict(head["run"])
-        if state is not None:
-            run["state"] = state
-        head = {**head, "run": run}
-        run_id = run.get("run_id")
-        meta = {**s.metadata, "langgraph": head}
-        if state == RUNNING:
-            turn = s.turn
-            if turn is None:  # a run starts: a new turn, marker written first by the commit
-                tid = run_id if isinstance(run_id, str) and _valid(run_id) else new_id()
-                turn = Turn(id=tid, started_at=now, checkpoint_at=now, phase="langgraph")
-            else:
-                turn = attrs.evolve(turn, checkpoint_at=now)
-            new = attrs.evolve(s, in_progress=True, turn=turn, metadata=meta)
-        elif state is not None:
-            new = attrs.evolve(s, in_progress=False, turn=None, metadata=meta)
-        else:
-            new = attrs.evolve(s, metadata=meta)
-        return self.store.commit(new, base)
+        new = attrs.evolve(s, metadata={**s.metadata, "langgraph": with_state(head, state)})
+        return self.store.commit(new, s.version)
+
+    def ensure(self, thread_id: str) -> Session:
+        """The thread's session, created (with a new head) if missing."""
+        got = self.mutate(thread_id, lambda s, head, _n: None if s is not None
+                          else ([], head, None))
+        assert got is not None
+        return got
 
     def _write_once(self, sid: str, seq: int, kind: str, data: bytes) -> None:
         path = self.layout.lg_record(sid, seq, kind)
@@ -342,7 +380,8 @@ class Threads:
             except FileExistsError:  # numbered above the head: never acknowledged, replace it
                 _fsio.unlink(path, durable=False)
                 with self._mu:
-                    self._records.pop((sid, seq), None)
+                    for key in [k for k in self._records if k[0] == sid and k[2] == seq]:
+                        del self._records[key]
                 continue
             except FileNotFoundError:  # the thread's directory is not there yet
                 _fsio.makedirs(self.layout.lg_thread(sid), durable=self._durable)
@@ -353,7 +392,7 @@ class Threads:
     def _clear_dir(self, sid: str) -> None:
         """Remove a thread directory whose session is gone (deleted, or never committed)."""
         d = self.layout.lg_thread(sid)
-        names = _fsio.list_names(d)
+        names = _fsio.list_names(d, follow=False)  # a planted symlink: refused, never followed
         for name in names:
             _fsio.unlink(f"{d}/{name}", durable=False)
         if names or _fsio.lstat(d) is not None:
@@ -365,7 +404,7 @@ class Threads:
 
     def delete(self, thread_id: str) -> bool:
         """Delete a thread: its session first (the one step that decides), then its records."""
-        sid = thread_session_id(thread_id)
+        sid = self.sid(thread_id)
         with self.store.commit_lock(sid):
             existed = self.session(sid) is not None
             if existed:
@@ -377,7 +416,7 @@ class Threads:
         """Delete some records of a thread: ``choose(head, index)`` names them. They are first
         committed as ``gone`` (invisible), then unlinked unless a surviving checkpoint still
         reads a blob from them; the head's latest checkpoint per namespace is recomputed."""
-        sid = thread_session_id(thread_id)
+        sid = self.sid(thread_id)
         with self.store.commit_lock(sid):
             s = self.session(sid)
             if s is None:
@@ -403,36 +442,17 @@ class Threads:
             needed: set[int] = set()
             for n in idx.ckpts.values():
                 if n not in gone:
-                    refs = self.record(sid, n, "ckpt").header["refs"]
+                    refs = self.record(s, n, "ckpt").header["refs"]
                     needed.update(b for b, _v in refs.values())
             freed = {n for n in gone if n not in needed}
             d = self.layout.lg_thread(sid)
-            for name in _fsio.list_names(d):
+            for name in _fsio.list_names(d, follow=False):
                 num = name.partition(".")[0]
                 if num.isdigit() and int(num) in freed:
                     _fsio.unlink(f"{d}/{name}", durable=False)
             if freed and self._durable:
                 _fsio.fsync_dir(d)
             self.commit(sid, s, {**head, "gone": sorted(gone - freed)}, None)
-
-    def end_run(self, thread_id: str, state: str) -> Session | None:
-        """Record that the thread's run ended (``ended``/``paused``/``failed``): no longer an
-        interrupted turn. No-op if the thread is not running."""
-
-        def end(s: Session | None, head: dict[str, Any], _n: int) -> Any:
-            if s is None or not s.in_progress:
-                return None
-            return [], head, state
-
-        return self.mutate(thread_id, end)
-
-
-def _valid(run_id: str) -> bool:
-    try:
-        validate_session_id(run_id)
-    except ValueError:
-        return False
-    return True
 
 
 def visible(idx: _Index, ns: str | None) -> Iterator[tuple[str, str, int]]:
@@ -447,5 +467,5 @@ def visible(idx: _Index, ns: str | None) -> Iterator[tuple[str, str, int]]:
 
 
 __all__ = ["ENDED", "FAILED", "PAUSED", "PREFIX", "RUNNING", "SOURCE", "Record", "Threads",
-           "encode_record", "head_of", "new_head", "parse_record", "thread_session_id",
-           "visible"]
+           "Through", "describe", "encode_record", "gen_of", "head_of", "new_head",
+           "parse_record", "thread_session_id", "visible", "with_state"]

@@ -97,6 +97,20 @@ def split_format(d: dict[str, Any], *, path: str | None = None) -> tuple[str, in
     return kind, int(ver)
 
 
+def newer_format(d: object, current: str) -> bool:
+    """Does ``d`` carry the format tag of ``current``'s kind (``fsdurable.<kind>/<n>``) at a
+    higher version: a newer fsdurable's file, to be left in place (``needs_newer``), never
+    moved or written over? An adapter's entry files use it as the store's files do."""
+    if not isinstance(d, dict):
+        return False
+    try:
+        kind, ver = split_format(d)
+        want, cur = split_format({"format": current})
+    except UnreadableState:
+        return False
+    return kind == want and ver > cur
+
+
 def upgrade(
     d: dict[str, Any], kind: str, *, path: str | None = None
 ) -> tuple[dict[str, Any], bool]:

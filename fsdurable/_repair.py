@@ -297,6 +297,27 @@ def repair_session(store: Store, sid: str, *, dry_run: bool = False) -> Act:
         return Act("migrated", path, sid)
 
 
+_FORMAT_RE = re.compile(rb'^\s*\{\s*"format"\s*:\s*"([^"\\]{1,64})"')
+
+
+def migrate_session(store: Store, sid: str, *, dry_run: bool = False) -> Act:
+    """A session of an older format is migrated here (``repair_session``: the gate's rules,
+    ``session_migrated``) before recovery commits anything to it — its own commit would rewrite
+    the file silently, outside the gate. The file's first bytes decide: one in the current
+    format (the usual case) costs a 1 KiB read and is left alone; anything else is judged whole.
+    Reads never migrate: only recovery and ``doctor --repair`` call this."""
+    from ._codec import SESSION_FORMAT
+
+    path = store.layout.session(sid)
+    try:
+        m = _FORMAT_RE.match(_fsio.read_prefix(path, 1024))
+    except (OSError, UnreadableState):
+        m = None  # gone, or not a file: the full judgement says what it is
+    if m is not None and m.group(1) == SESSION_FORMAT.encode():
+        return Act(NOTHING, path, sid)
+    return repair_session(store, sid, dry_run=dry_run)
+
+
 # ---------------------------------------------------------------------- markers
 
 
@@ -457,5 +478,5 @@ def repair_markers(store: Store, *, dry_run: bool = False) -> list[Act]:
 
 
 __all__ = ["ACTING", "NEEDS_NEWER", "WAITING", "Act", "Judged", "copy_aside", "foreign", "judge",
-           "judge_marker", "judge_session", "key", "owner_of", "quarantine", "repair_manifest",
-           "repair_marker", "repair_markers", "repair_session"]
+           "judge_marker", "judge_session", "key", "migrate_session", "owner_of", "quarantine",
+           "repair_manifest", "repair_marker", "repair_markers", "repair_session"]

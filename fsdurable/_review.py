@@ -60,7 +60,7 @@ def _key(c: Mapping[str, Any]) -> str:
 def _answers(s: Session) -> dict[str, Any]:
     """The session's answers, each keyed by its call's turn and id and naming both
     (``turn_id``, ``tool_call_id``). An answer an older fsdurable keyed by the call id alone
-    belongs to the one call of that id parked before it was given (``_owner``), and is read —
+    belongs to the one call of that id parked before it was given (``_owners``), and is read —
     and rewritten at the next answer — under that call's key; one that cannot be told apart
     stays under its old key, carried by no call (doctor reports it: ``ambiguous_answers``)."""
     raw = s.metadata.get(ANSWERS)
@@ -95,6 +95,27 @@ def _about(c: Mapping[str, Any]) -> dict[str, Any]:
     """What an answer keeps of its call, so a re-run needs no other record."""
     return {k: c.get(k) for k in ("turn_id", "tool_call_id", "tool", "idempotency_key",
                                   "arguments")}
+
+
+def answer_of(s: Session, turn_id: str, tool_call_id: str) -> dict[str, Any] | None:
+    """The human's answer to one turn's parked call (``answer``: ran / did_not_run, ``at``,
+    ``note``, ``rerun_at``, ``rerun_result``), None if not answered. A driver continuing a
+    parked run reads answers here, never ``metadata["review_answers"]`` by call id: a call id
+    names a call within its turn only."""
+    a = _answers(s).get(_key({"turn_id": turn_id, "tool_call_id": tool_call_id}))
+    return a if isinstance(a, dict) and "turn_id" in a else None
+
+
+def with_answer(s: Session, turn_id: str | None, tool_call_id: str, **fields: Any) -> Session:
+    """``s`` with the answer to one turn's call updated by ``fields`` (e.g. a driver that runs a
+    "did not run" call again records ``rerun_at``/``rerun_result``); older answers are
+    rewritten under their calls' keys in the same change."""
+    import attrs
+
+    got = _answers(s)
+    k = _key({"turn_id": turn_id, "tool_call_id": tool_call_id})
+    got[k] = {**got.get(k, {}), **fields, "turn_id": turn_id, "tool_call_id": tool_call_id}
+    return attrs.evolve(s, metadata={**s.metadata, ANSWERS: got})
 
 
 def ambiguous_answers(s: Session) -> list[str]:
@@ -239,27 +260,20 @@ def _rerun_locked(store: Store, loop: Any, s: Session, tool_call_id: str) -> str
         raise TurnStateError(f"call {tool_call_id!r} was already started again and its result "
                              "never recorded: it may have run (check before anything else)",
                              reason="rerun_in_doubt", session_id=session_id)
-    akey = _key(a)
-    call = next((c for c in _closed_or_open_calls(s) if _key(c) == akey), a)
+    call = next((c for c in _closed_or_open_calls(s) if _key(c) == _key(a)), a)
     tools = getattr(loop, "tools", {})
     if call.get("tool") not in tools:
         raise InvalidState(f"the host has no tool {call.get('tool')!r} to run the call "
                            "with", session_id=session_id, reason="unknown_tool")
     from ._tools import ToolContext
 
-    turn_id = str(a.get("turn_id") or "")
+    tid = a.get("turn_id")
+    turn_id = str(tid or "")
     key = str(call.get("idempotency_key") or a.get("idempotency_key"))
     cid = str(a.get("tool_call_id"))
 
     def note(**fields: Any) -> None:
-        def record(cur: Session) -> Session:
-            import attrs
-
-            got = _answers(cur)
-            got[akey] = {**got.get(akey, a), **fields}
-            return attrs.evolve(cur, metadata={**cur.metadata, ANSWERS: got})
-
-        store.patch(session_id, record)
+        store.patch(session_id, lambda cur: with_answer(cur, tid, cid, **fields))
 
     note(rerun_started_at=store.clock())  # durable BEFORE the call, like a ledger intent
     ctx = ToolContext(session_id=s.id, turn_id=turn_id, tool_call_id=cid,
@@ -291,5 +305,5 @@ def _closed_or_open_calls(s: Session) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["ambiguous_answers", "answer_review", "parked", "rerun_call", "rerunnable",
-           "review_queue", "review_record"]
+__all__ = ["ambiguous_answers", "answer_of", "answer_review", "parked", "rerun_call",
+           "rerunnable", "review_queue", "review_record", "with_answer"]

@@ -224,7 +224,9 @@ def resolve(store: Store, session_id: str, *, keep: str = KEEP_NEWEST) -> Resolu
     version, marker first); the session's new version is above every version seen; the local
     file's old content is copied into ``quarantine/`` first. Every conflict copy of the session and
     of its marker ends in ``quarantine/`` and the marker is made to agree with the session.
-    ``quarantined`` lists the versions that lost (and stale marker copies); a kept conflict
+    A version in a newer format than this fsdurable reads (another node's, upgraded) is never
+    moved: ``resolve`` then refuses (``UnreadableState``, reason ``needs_newer``), changing
+    nothing. ``quarantined`` lists the versions that lost (and stale marker copies); a kept conflict
     copy, whose content now is the session, is moved aside too but reported as ``kept_moved_to``,
     never among the losers. Every move goes through the repair gate (the exact file read).
     Emits ``conflict_resolved``. Holds the session's route lock, so a turn running here is never
@@ -245,6 +247,12 @@ def _resolve_locked(store: Store, sid: str, keep: str) -> Resolution:
     copies = [v for v in sess if not v.local]
     mcopies = [v for v in marks if not v.local]
     local = next((v for v in sess if v.local), None)
+    newer = [v.path for v in (*sess, *marks) if v.error == "unknown_version"]
+    if newer:  # the repair gate's rule: a newer format is never moved (nor judged "older")
+        raise UnreadableState(f"{', '.join(newer)}: written by a newer fsdurable (needs_newer);"
+                              f" nothing was moved — resolve {sid} on the upgraded node, or "
+                              "upgrade fsdurable here", path=newer[0], session_id=sid,
+                              reason="needs_newer")
     mode = keep if keep in (KEEP_NEWEST, KEEP_LOCAL) else "path"
     if mode != "path" and not copies and not mcopies:
         if local is None:

@@ -125,18 +125,24 @@ class TurnRun:
     def begin(cls, store: Store, session_id: str, content: str | None = None, *, driver: str,
               attended: bool, change: Change | None = None, create: bool = False,
               source: str = "api", lock_timeout: float | None = None,
-              clock: Callable[[], float] | None = None) -> TurnRun:
+              clock: Callable[[], float] | None = None, resume: bool = False) -> TurnRun:
         """Begin a live turn: take the session's route lock (held until the turn ends), commit
         the session in progress with its marker (``content``: a user message appended; ``change``
         applied in the same commit — a driver's run record), emit ``turn_started``.
         ``create``: a missing session is created first (with ``source``). ``attended``: a human
-        is present NOW (the live caller's word; nothing stored decides it)."""
+        is present NOW (the live caller's word; nothing stored decides it). ``resume``: a turn
+        of this driver left in progress by a run that died (nobody holds its route lock, or we
+        could not have taken it) is continued by this live run instead of refused — its run id,
+        ledger and attempt count kept, a new attempt id (``turn_started`` says
+        ``continued``): a framework whose user re-invokes an interrupted run (LangGraph's
+        ``invoke(None)``) runs the same turn, so an in-doubt call stays in doubt."""
         route = cls._route(store, session_id, create=create, source=source)
         while True:
             hold = contextlib.ExitStack()
             hold.enter_context(store.lock(route, timeout=lock_timeout))
             try:
-                got = cls._start(store, session_id, content, route, driver, attended, change)
+                got = cls._start(store, session_id, content, route, driver, attended, change,
+                                 resume=resume)
             except BaseException:
                 hold.close()
                 raise
@@ -186,10 +192,18 @@ class TurnRun:
     @staticmethod
     def _start(store: Store, sid: str, content: str | None, route: str, driver: str,
                attended: bool, change: Change | None,
-               made: list[Session] | None = None) -> Session | str:
+               made: list[Session] | None = None, *, resume: bool = False) -> Session | str:
         """Under the route lock: the begin commit, or the session's new route if it was
         re-routed before the lock was taken."""
-        current = store.load(sid).route_key
+        from ._model import turn_driver
+
+        cur = store.load(sid)
+        if cur.in_progress and cur.turn is not None and resume and \
+                turn_driver(cur) == driver and content is None:
+            if cur.turn.route_key and cur.turn.route_key != route:
+                return cur.turn.route_key  # the turn's own route is the lock to hold
+            return TurnRun._continue(store, cur, driver, attended, change)
+        current = cur.route_key
         if current != route:
             return current
         run_id, attempt_id = new_id(), new_id()
@@ -205,6 +219,27 @@ class TurnRun:
                                      "attempt_id": attempt_id, "attended": attended})
         if made is not None:
             made.append(s)
+        return s
+
+    @staticmethod
+    def _continue(store: Store, cur: Session, driver: str, attended: bool,
+                  change: Change | None) -> Session:
+        """``begin(resume=True)`` on a turn a dead run left in progress: a new attempt id."""
+        assert cur.turn is not None
+        attempt_id, tid = new_id(), cur.turn.id
+
+        def go(s: Session) -> Session:
+            if not s.in_progress or s.turn is None or s.turn.id != tid:
+                raise ConflictError(f"session {s.id!r} moved on", session_id=s.id,
+                                    reason="moved")
+            s = attrs.evolve(s, turn=attrs.evolve(s.turn, attempt_id=attempt_id))
+            return change(s) if change is not None else s
+
+        s = store.patch(cur.id, go)
+        assert s.turn is not None
+        store.emit(ev.TURN_STARTED, session_id=s.id, turn_id=tid, driver=driver,
+                   run_id=s.turn.run_id, attempt_id=attempt_id, attended=attended,
+                   continued=True)
         return s
 
     @staticmethod
@@ -230,6 +265,14 @@ class TurnRun:
                    clock=clock)
 
     # ------------------------------------------------------------------ state
+
+    @property
+    def mutex(self) -> threading.RLock:
+        """The run's mutex (re-entrant; every commit of the run holds it). A driver that
+        commits through the run while holding a lock of its own around it (the LangGraph
+        saver: the thread's commit lock, held while it writes its records) takes this one
+        first, so that two threads always take the two in the same order."""
+        return self._mu
 
     @property
     def open(self) -> bool:

@@ -34,6 +34,7 @@ from ._async import StoreLike, as_store
 from ._errors import InvalidState, SessionNotFound, UnreadableState
 from ._layout import new_id
 from ._model import Session
+from ._recordcodec import newer_format
 
 KEY = "claude"  # the session metadata key this adapter owns, and its entries' directory
 SOURCE = "claude"
@@ -121,7 +122,7 @@ class FileSessionStore:
             try:
                 s = self.store.load(sid)
             except (SessionNotFound, UnreadableState):
-                continue  # gone, or quarantined with an event: a listing never stops on one
+                continue  # gone, or unreadable (left in place): a listing never stops on one
             ns = s.metadata.get(KEY)
             if (s.source == SOURCE and isinstance(ns, dict)
                     and ns.get("project_key") == project_key):
@@ -211,10 +212,13 @@ class FileSessionStore:
                            overwrite=False, durable=self.store.config.fsync)
 
     def _read_batch(self, batch: str) -> list[Any]:
+        """One batch's entries. A read never moves a file: a batch this node cannot read raises
+        ``UnreadableState`` and stays where it is — ``needs_newer`` if a newer fsdurable wrote
+        it (a newer batch format: another node's, which still reads it), else ``unreadable``."""
         path = self.store.layout.entry(KEY, batch)
-        st: os.stat_result | None = None
+        doc: object = None
         try:
-            data, st = _fsio.read_bounded(path, self.store.config.max_file_bytes)
+            data, _ = _fsio.read_bounded(path, self.store.config.max_file_bytes)
             doc = orjson.loads(data)
             if (not isinstance(doc, dict) or doc.get("format") != BATCH_FORMAT
                     or doc.get("id") != batch or not isinstance(doc.get("entries"), list)):
@@ -225,12 +229,10 @@ class FileSessionStore:
             raise UnreadableState(f"transcript batch {batch!r} is missing", path=path,
                                   reason="missing_batch") from None
         except (ValueError, UnreadableState) as e:
-            from ._repair import quarantine  # the repair gate: only the exact file judged
-
-            where = quarantine(self.store, path, kind="entry", reason="unreadable",
-                               expect=st)
-            raise UnreadableState(f"transcript batch {batch!r} is unreadable: {e}",
-                                  path=where or path, reason="unreadable") from e
+            newer = newer_format(doc, BATCH_FORMAT)
+            raise UnreadableState(f"transcript batch {batch!r} is unreadable"
+                                  f"{' (written by a newer fsdurable)' * newer}: {e}", path=path,
+                                  reason="needs_newer" if newer else "unreadable") from e
 
 
 def _ms(s: Session | None) -> int:

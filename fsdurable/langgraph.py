@@ -1,40 +1,40 @@
-"""A LangGraph checkpointer on plain files, whose interrupted runs resume at startup.
+"""A LangGraph checkpointer on plain files whose graph runs are turns of the one turn protocol.
 
-``FsDurableSaver(root)`` is a ``BaseCheckpointSaver`` (sync and async methods, thread-safe): a
-thread is a session of the store whose small head is committed by the store's one commit
-function, and the thread's history is append-only immutable record files (``fsdurable._lgstore``
-describes the layout; the serializer's typed bytes are stored exactly). A graph run in flight is
-an interrupted turn — in progress, with its marker — from its first checkpoint until it ends;
-``recover(graph, saver)`` finds those with one listing at startup and resumes each through the
-store's recovery gates (enabled, own node, staleness, attempt cap committed before the resume),
-always unattended (``config["configurable"]["fsdurable_unattended"] = True``).
+``FsDurableSaver(root)`` (or ``with FsDurableSaver.from_conn_string(root) as saver:``) is a
+``BaseCheckpointSaver`` (sync and async methods, thread-safe): a thread is a session of the store
+whose small head is committed by the store's one commit function, and the thread's history is
+append-only immutable record files (``fsdurable._lgstore`` describes the layout; the serializer's
+typed bytes are stored exactly).
 
-Install with ``pip install fsdurable[langgraph]``. Importing ``fsdurable`` never imports this
-module (nor langgraph).
+A graph run is a TURN (``fsdurable._turns.TurnRun``, driver ``langgraph``; ``fsdurable._lgruns``
+translates): the first checkpoint that leaves a node to run begins it in the process running the
+graph — the route lock taken and HELD until the run ends, pauses or fails, the session in
+progress with its marker (``turn_started``) — so a second process's ``recover`` finds the route
+``busy`` and never runs the graph beside it. Tools go through the ledger when the graph's tool
+node is ``tool_node(...)``. ``recover(graph, saver, config=..., context=...)`` resumes the runs
+a crash cut short, unattended, through the store's gates; a failed resume costs one attempt.
 
 When does a run end? The saver sees only checkpoints and writes: a root checkpoint with a node
 still to run (its ``updated_channels`` name ``__start__``, a ``branch:to:<node>`` trigger or a
 ``Send``) is in flight; one without is the run's end. An ``__interrupt__`` write pauses the run
 (waiting for a human: not interrupted), an ``__error__`` write fails it (the caller saw the
-error), a ``__resume__`` write (``Command(resume=...)``) starts it again. Graphs whose nodes are
-triggered by other channels (hand-built ``Pregel``) stay in flight until ``recover`` asks the
-graph itself (``get_state``): a run with nothing left to do, or paused at an interrupt or an
-``interrupt_before`` breakpoint, is closed without running anything. ``saver.bind(graph)``
-tells the saver the graph's ``interrupt_before`` nodes, so a run stopped before one is paused
-from the start; once ``invoke(None)`` goes on, the run is in flight again from the first write
-the saver sees (the node past the breakpoint saves nothing before it ends: a crash inside that
-first node leaves the run paused, to be invoked again).
+error; a resumed run's error is a failed resume instead, counted by recovery), a ``__resume__``
+write (``Command(resume=...)``) starts it again. A subgraph's writes (its namespace) never end
+the run: a ``RetryPolicy`` may run it again. ``saver.bind(graph)`` tells the saver the graph's
+``interrupt_before`` nodes, so a run stopped before one is paused from the start.
+
+Install with ``pip install 'fsdurable[langgraph]'``. Importing ``fsdurable`` never imports this
+module (nor langgraph).
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
-import attrs
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -49,17 +49,24 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.types import ERROR, INTERRUPT, RESUME, TASKS
 
+from . import _lgruns as runs
 from . import _lgstore as lg
 from ._aio import run_sync
 from ._config import DEFAULT_CONFIG, Config
-from ._gates import RecoveryPolicy
+from ._lgruns import (
+    UNATTENDED,
+    ExitDurabilityWarning,
+    RunResult,
+    ToolLedger,
+    arecover,
+    attended,
+    recover,
+    tool_context,
+    tool_node,
+)
 from ._model import Session
-from ._records import Marker
-from ._recovery import RecoveryReport
-from ._recovery import recover as _recover
 from ._store import Store
 
-UNATTENDED = "fsdurable_unattended"
 Ref = list[Any]  # [record seq, channel version]: where a checkpoint's channel blob is
 
 
@@ -67,12 +74,36 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
     """LangGraph checkpointer storing each thread in an fsdurable store (see the module doc)."""
 
     def __init__(self, store: Store | str | os.PathLike[str] | None = None, *,
-                 serde: SerializerProtocol | None = None, config: Config = DEFAULT_CONFIG
-                 ) -> None:
+                 serde: SerializerProtocol | None = None, config: Config = DEFAULT_CONFIG,
+                 session_ids: str = "hashed") -> None:
         super().__init__(serde=serde)
+        if session_ids not in ("hashed", "thread"):
+            raise ValueError(f"session_ids must be 'hashed' or 'thread', not {session_ids!r}")
         self.store = store if isinstance(store, Store) else Store(store, config=config)
-        self.threads = lg.Threads(self.store)
+        self.threads = lg.Threads(self.store, named=session_ids == "thread")
         self.breakpoints: frozenset[str] = frozenset()
+        self.runs = runs.Runs()  # this saver's graph runs open in this process
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, conn_string: str | os.PathLike[str], *,
+                         serde: SerializerProtocol | None = None,
+                         config: Config = DEFAULT_CONFIG,
+                         session_ids: str = "hashed") -> Iterator[FsDurableSaver]:
+        """``with FsDurableSaver.from_conn_string("graph-store") as saver:`` — shaped like
+        ``SqliteSaver.from_conn_string``; the "connection string" is the store's directory. On
+        exit, a live run of this process still open (its graph raised something LangGraph
+        records no error for) lets go of its route lock and stays interrupted, for recover."""
+        saver = cls(conn_string, serde=serde, config=config, session_ids=session_ids)
+        try:
+            yield saver
+        finally:
+            saver.close()
+
+    def close(self) -> None:
+        """Let go of the route locks of this store's live runs still open in this process (they
+        stay interrupted: recover decides). The saver stays usable."""
+        self.runs.release(lambda r: True)
 
     def bind(self, graph: Any) -> Any:
         """Tell the saver a compiled graph's ``interrupt_before`` nodes (returns the graph): a run
@@ -86,7 +117,7 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         c = config["configurable"]
         tid, ns = str(c["thread_id"]), c.get("checkpoint_ns", "")
-        s = self.threads.session(lg.thread_session_id(tid))
+        s = self.threads.session(self.threads.sid(tid))
         if s is None:
             return None
         got = self.threads.checkpoint(s, ns, get_checkpoint_id(config))
@@ -115,7 +146,7 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
              ) -> Iterator[CheckpointTuple]:
         if config is not None:
             tid = str(config["configurable"]["thread_id"])
-            threads = [(lg.thread_session_id(tid), tid)]
+            threads = [(self.threads.sid(tid), tid)]
             ns = config["configurable"].get("checkpoint_ns")
             only = get_checkpoint_id(config)
         else:
@@ -161,6 +192,18 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
         state = None if ns else (
             lg.ENDED if not nodes else
             lg.PAUSED if "*" not in nodes and nodes <= self.breakpoints else lg.RUNNING)
+        runs.check_durability(config)
+
+        def run_state(s: Session | None, head: dict[str, Any]) -> str | None:
+            came = _early(head, ns, ckid) if s is not None and state is not None else []
+            if not came:
+                return state
+            assert s is not None  # writes saved before their put: an interrupt or an error?
+            chans = {m[3] for n in came for m in self.threads.record(s, n, "writes")
+                     .header["parts"]}
+            return lg.PAUSED if INTERRUPT in chans else lg.FAILED if ERROR in chans else state
+
+        reply = runs.final_reply(values) if state == lg.ENDED else None
 
         def build(s: Session | None, head: dict[str, Any], seq: int) -> Any:
             refs = self._refs(s, ns, parent, versions, new_versions, seq)
@@ -172,19 +215,14 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
             cur = ns_map.get(ns)
             latest = cur is None or ckid >= cur["id"]
             head = {**head, "ns": ns_map}
+            run: str | None = None
             if latest:
                 keep = cur["writes"] if cur is not None and cur["id"] == ckid else []
                 came = _early(head, ns, ckid)  # its writes saved before it (async durability)
                 ns_map[ns] = {"id": ckid, "seq": seq, "writes": [*keep, *came]}
                 head["early"] = [e for e in head.get("early", [])
                                  if e[0] != ns or e[1] > ckid]
-                run = state
-                if came and state is not None:  # an interrupt or error saved before its put
-                    chans = {m[3] for n in came
-                             for m in self.threads.record(s.id if s else "", n, "writes")
-                             .header["parts"]}
-                    run = (lg.PAUSED if INTERRUPT in chans else lg.FAILED if ERROR in chans
-                           else state)
+                run = run_state(s, head)
             if not latest:  # only the thread's newest root checkpoint speaks for its run
                 return [("ckpt", rec)], head, None
             if run is not None:  # why a paused run waits: a breakpoint, or an interrupt()
@@ -194,7 +232,9 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
                 head["run"] = {**head["run"], "run_id": run_id}
             return [("ckpt", rec)], head, run
 
-        self.threads.mutate(tid, build)
+        # a graph run begins here, in this process (see _lgruns)
+        with runs.turn(self, tid, run_state, reply=reply) as through:
+            self.threads.mutate(tid, build, through)
         return {"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": ckid}}
 
     def _refs(self, s: Session | None, ns: str, parent: str | None, versions: ChannelVersions,
@@ -219,7 +259,7 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
             for _ns, _ck, n in lg.visible(idx, ns):
                 if not missing:
                     break
-                rec = self.threads.record(s.id, n, "ckpt")
+                rec = self.threads.record(s, n, "ckpt")
                 for ch, ver in list(missing):
                     if rec.blob(ch, ver) is not None:
                         refs[ch] = [n, ver]
@@ -232,9 +272,11 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
         tid, ns, ckid = str(c["thread_id"]), c.get("checkpoint_ns", ""), c["checkpoint_id"]
         items = [(WRITES_IDX_MAP.get(ch, i), ch, v) for i, (ch, v) in enumerate(writes)]
         chans = {ch for _i, ch, _v in items}
-        state = (lg.PAUSED if INTERRUPT in chans else lg.FAILED if ERROR in chans
-                 else lg.RUNNING if RESUME in chans and not ns else None)
-        resumed = not ns and task_path != "" and state is None  # a node ran: see build
+        # a subgraph's writes (its namespace) never end the run: a RetryPolicy may rerun it
+        state = None if ns else (lg.PAUSED if INTERRUPT in chans else lg.FAILED if ERROR in chans
+                                 else lg.RUNNING if RESUME in chans else None)
+        resumed = not ns and task_path != "" and state is None  # a node ran: see _writes_state
+        error = next((v for _i, ch, v in items if ch == ERROR), None) if state else None
         dumps = self.serde.dumps_typed
         typed = [(i, ch, dumps(v)) for i, ch, v in items]
 
@@ -253,12 +295,9 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
                 have = pending
             else:
                 have = self.threads.index(s).writes.get((ns, ckid), [])
-            seen = {(w[0], w[4]) for w in self.threads.writes_of(lg.thread_session_id(tid), have)}
+            seen = {(w[0], w[4]) for w in self.threads.writes_of(s, have)} if s else set()
             fresh = [(i, ch, t) for i, ch, t in typed if i < 0 or (task_id, i) not in seen]
-            # a late write to an older checkpoint never reopens or closes the run
-            now = state if latest or early else None
-            if resumed and latest and head["run"].get("why") == "breakpoint":
-                now = lg.RUNNING  # invoke(None) went past the breakpoint: in flight again
+            now = _writes_state(head, ns, ckid, state, resumed)
             if not fresh and now is None:
                 return None
             if now is not None:
@@ -277,10 +316,13 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
                     head = {**head, "early": [*rest, [ns, ckid, [*pending, seq]]]}
             return records, head, now
 
-        self.threads.mutate(tid, build)
+        with runs.turn(self, tid, lambda _s, head: _writes_state(head, ns, ckid, state, resumed),
+                       error=error) as through:
+            self.threads.mutate(tid, build, through)
 
     def delete_thread(self, thread_id: str) -> None:
         self.threads.delete(str(thread_id))
+        self.runs.release(lambda r: r.session_id == self.threads.sid(thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         runs = set(run_ids)
@@ -305,7 +347,7 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
             raise ValueError(f"unknown prune strategy {strategy!r}")
         for tid in thread_ids:
             if strategy == "delete":
-                self.threads.delete(str(tid))
+                self.delete_thread(str(tid))
                 continue
 
             def choose(head: dict[str, Any], idx: Any) -> set[int]:
@@ -313,6 +355,8 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
                 for e in head["ns"].values():
                     keep.add(e["seq"])
                     keep.update(e["writes"])
+                for e in head.get("early", []):  # writes waiting for their checkpoint's put
+                    keep.update(e[2])
                 every = set(idx.ckpts.values()) | {n for ws in idx.writes.values() for n in ws}
                 return every - keep
 
@@ -320,14 +364,14 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every record of the source thread (payloads byte for byte) after the target's."""
-        src = self.threads.session(lg.thread_session_id(source_thread_id))
+        src = self.threads.session(self.threads.sid(source_thread_id))
         if src is None:
             return
         shead = lg.head_of(src)
         idx = self.threads.index(src)
         shown = set(idx.ckpts.values())
         reffed = {b for n in shown
-                  for b, _v in self.threads.record(src.id, n, "ckpt").header["refs"].values()}
+                  for b, _v in self.threads.record(src, n, "ckpt").header["refs"].values()}
         olds = sorted(shown | reffed | {n for ws in idx.writes.values() for n in ws})
         kinds = {n: "ckpt" if n in shown or n in reffed else "writes" for n in olds}
         dst = str(target_thread_id)
@@ -337,7 +381,7 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
             records = []
             for old in olds:
                 kind = kinds[old]
-                rec = self.threads.record(src.id, old, kind)
+                rec = self.threads.record(src, old, kind)
                 h = {k: v for k, v in rec.header.items()
                      if k not in ("format", "parts", "crc32")}
                 h.update(thread_id=head["thread_id"], seq=new[old])
@@ -435,96 +479,17 @@ def _pending(checkpoint: Checkpoint) -> bool:
     return bool(_next_nodes(checkpoint))
 
 
-# ---------------------------------------------------------------------- recovery
+def _writes_state(head: dict[str, Any], ns: str, ckid: str, state: str | None,
+                  resumed: bool) -> str | None:
+    """The run state a ``put_writes`` to checkpoint ``ckid`` of ``ns`` leaves: a late write to
+    an older checkpoint never reopens or closes the run; a node's writes after a breakpoint
+    (``invoke(None)`` went past it) put the run in flight again."""
+    entry = head["ns"].get(ns)
+    latest = entry is not None and entry["id"] == ckid
+    if resumed and latest and head["run"].get("why") == "breakpoint":
+        return lg.RUNNING
+    return state if latest or entry is None or ckid > entry["id"] else None
 
 
-@attrs.frozen
-class RunResult:
-    """What one resumed run came to: ``completed``, ``paused`` (an interrupt or breakpoint,
-    waiting for a human) or ``finished`` (nothing was left to run)."""
-
-    status: str
-    thread_id: str
-
-
-def _closed(graph: Any, state: Any) -> str | None:
-    """Why a thread's run needs nothing run (None: it does)."""
-    if not state.next:
-        return "finished"
-    if state.interrupts or set(state.next) & set(getattr(graph, "interrupt_before_nodes", ())
-                                                 or ()):
-        return "paused"
-    return None
-
-
-class _GraphHost:
-    """Recovery's host for a LangGraph graph: continue a claimed run with ``invoke(None)``."""
-
-    driver = "langgraph"
-
-    def __init__(self, graph: Any, saver: FsDurableSaver,
-                 loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self.graph, self.saver, self.loop = graph, saver, loop
-
-    def tool_effect(self, name: str) -> str | None:
-        return None  # no ledger: a LangGraph node's writes are its own record of completion
-
-    def resume_claimed(self, session: Session) -> RunResult:
-        tid = lg.head_of(session)["thread_id"]
-        cfg: RunnableConfig = {"configurable": {"thread_id": tid, UNATTENDED: True}}
-        if self.loop is None:
-            why = _closed(self.graph, self.graph.get_state(cfg))
-            if why is None:
-                self.graph.invoke(None, cfg)
-                why = _closed(self.graph, self.graph.get_state(cfg)) or "paused"
-                why = "completed" if why == "finished" else why
-        else:
-            why = asyncio.run_coroutine_threadsafe(self._arun(cfg), self.loop).result()
-        self.saver.threads.end_run(tid, lg.PAUSED if why == "paused" else lg.ENDED)
-        return RunResult(why, tid)
-
-    async def _arun(self, cfg: RunnableConfig) -> str:
-        why = _closed(self.graph, await self.graph.aget_state(cfg))
-        if why is not None:
-            return why
-        await self.graph.ainvoke(None, cfg)
-        why = _closed(self.graph, await self.graph.aget_state(cfg)) or "paused"
-        return "completed" if why == "finished" else why
-
-
-def _select(select: Callable[[Marker], bool] | None) -> Callable[[Marker], bool]:
-    def ours(m: Marker) -> bool:
-        return (m.source == lg.SOURCE and m.session_id.startswith(lg.PREFIX)
-                and (select is None or select(m)))
-
-    return ours
-
-
-def recover(graph: Any, saver: FsDurableSaver, policy: RecoveryPolicy | None = None, *,
-            dry_run: bool = False, select: Callable[[Marker], bool] | None = None
-            ) -> RecoveryReport:
-    """Resume every interrupted run of ``graph`` on ``saver``'s store (call it at startup).
-
-    One listing of ``markers/`` finds the threads whose run was in flight; each goes through the
-    store's gates (``fsdurable.recover``: enabled, this node's, staleness window, attempt cap —
-    the attempt committed before the resume) and, if it passes, is continued with
-    ``graph.invoke(None, config)`` UNATTENDED (``config["configurable"]["fsdurable_unattended"]``
-    is True for the nodes to see). Stale or exhausted runs are abandoned (an event each) and stay
-    readable. ``select(marker)`` limits it to some threads (e.g. one graph's, when several graphs
-    share a store). Never raises because of one thread: see the report and the events.
-    """
-    return _recover(saver.store, _GraphHost(graph, saver), policy, dry_run=dry_run,
-                    select=_select(select))
-
-
-async def arecover(graph: Any, saver: FsDurableSaver, policy: RecoveryPolicy | None = None, *,
-                   dry_run: bool = False, select: Callable[[Marker], bool] | None = None
-                   ) -> RecoveryReport:
-    """``recover`` for asyncio: the gates and commits run off the event loop, each resumed run
-    is ``await graph.ainvoke(None, config)`` on the caller's loop."""
-    host = _GraphHost(graph, saver, asyncio.get_running_loop())
-    return await run_sync(_recover, saver.store, host, policy, dry_run=dry_run,
-                          select=_select(select))
-
-
-__all__ = ["UNATTENDED", "FsDurableSaver", "RunResult", "arecover", "recover"]
+__all__ = ["UNATTENDED", "ExitDurabilityWarning", "FsDurableSaver", "RunResult", "ToolLedger",
+           "arecover", "attended", "recover", "tool_context", "tool_node"]

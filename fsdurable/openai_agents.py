@@ -429,4 +429,12 @@ async def recover(agent: Any, store: StoreLike = None,
     return await arecover(astore.store, host, policy, select=mine)
 
 
-__all__ = ["FileSession", "RunOutcome", "paused_state", "recover", "run"]
+def describe(s: Session) -> dict[str, Any]:
+    """What ``fsdurable show`` says of an Agents SDK session (its metadata only; no framework
+    import): how many items it holds, and its run record's state if a run is recorded."""
+    run = _ns(s).get("run")
+    return {"kind": "openai-agents session", "items": len(_items(s)),
+            "run": run.get("state") if isinstance(run, dict) else None}
+
+
+__all__ = ["FileSession", "RunOutcome", "describe", "paused_state", "recover", "run"]

@@ -15,8 +15,9 @@ whose entries are immutable files:
   missing one;
 - ``delete_record`` deletes the record (an event); entries are kept (a concurrent save or fork
   may be about to point at them; nothing a user wrote is deleted silently);
-- every read is bounded; an unreadable entry or record is quarantined with an event and raises
-  ``UnreadableState``; a missing entry raises ``LookupError`` (fsdurable's ``SessionNotFound``).
+- every read is bounded; an entry or record this node cannot read raises ``UnreadableState``
+  (``needs_newer`` when a newer fsdurable or pydantic-ai wrote it) and is left where it is — a
+  read never moves a file; a missing entry raises ``LookupError`` (``SessionNotFound``).
 
 All disk work runs off the event loop, shielded (``fsdurable._aio.run_sync``).
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 import orjson
@@ -37,13 +39,15 @@ from pydantic_ai.conversation_store import (
 )
 from pydantic_ai.messages import ModelMessagesTypeAdapter
 
-from . import _events as ev
 from . import _fsio
 from ._aio import run_sync
 from ._async import StoreLike, as_store
 from ._errors import ConflictError, SessionNotFound, UnreadableState
 from ._layout import validate_session_id
 from ._model import Session
+from ._pydantic_history import paused as paused_calls
+from ._pydantic_run import DurableRun, FsDurableAgent, RunOutcome, recover, tool_context
+from ._recordcodec import newer_format
 
 KEY = "pydantic_ai"  # the session metadata key this adapter owns, and its entries' directory
 SOURCE = "pydantic-ai"
@@ -115,7 +119,7 @@ class FileConversationStore(ConversationStore):
             try:
                 rec = self._fs_record_of(self._fs_session(sid))
             except UnreadableState:
-                continue  # quarantined (a bad file) or not ours: a listing never stops on one
+                continue  # a bad file (left in place) or not ours: a listing never stops on one
             if rec is not None and (scope is None or rec.scope == scope):
                 out.append(rec)
         out.sort(key=lambda r: r.updated_at, reverse=True)
@@ -175,10 +179,14 @@ class FileConversationStore(ConversationStore):
                                     reason="entry_exists") from None
 
     def _fs_entry(self, entry_id: str) -> ConversationEntry:
+        """One entry, read and checked. A read never moves a file: an entry this node cannot
+        read raises ``UnreadableState`` and stays where it is — ``needs_newer`` if a newer
+        fsdurable or pydantic-ai wrote it (a newer format tag, entry kind or message part kind:
+        another node's, which still reads it), else ``unreadable``."""
         path = self._fs_entry_path(entry_id)
-        st: os.stat_result | None = None
+        doc: object = None
         try:
-            data, st = _fsio.read_bounded(path, self.store.config.max_file_bytes)
+            data, _ = _fsio.read_bounded(path, self.store.config.max_file_bytes)
             doc = orjson.loads(data)
             if not isinstance(doc, dict) or doc.get("format") != ENTRY_FORMAT:
                 raise ValueError("not a " + ENTRY_FORMAT + " file")
@@ -188,20 +196,24 @@ class FileConversationStore(ConversationStore):
             if parent is not None and not isinstance(parent, str):
                 raise ValueError("parent_id must be a string or null")
             if doc.get("kind", "message") != "message":
-                raise ValueError(f"unknown entry kind {doc.get('kind')!r}")
-            [message] = ModelMessagesTypeAdapter.validate_python([doc.get("message")])
+                raise _Newer(f"unknown entry kind {doc.get('kind')!r}")
+            try:
+                [message] = ModelMessagesTypeAdapter.validate_python([doc.get("message")])
+            except pydantic.ValidationError as e:
+                if any(x["type"] == "union_tag_invalid" for x in e.errors()):
+                    raise _Newer(f"a message kind or part kind this pydantic-ai does not know: "
+                                 f"{e}") from e
+                raise
             return ConversationEntry(id=entry_id, parent_id=parent, message=message)
         except FileNotFoundError:
             raise SessionNotFound(f"no conversation entry {entry_id!r}", path=path,
                                   reason="no_entry") from None
-        except (ValueError, UnreadableState) as e:  # bad JSON, format, id or message
-            from ._repair import quarantine  # the repair gate: only the exact file judged
-
-            where = quarantine(self.store, path, kind="entry", reason="unreadable",
-                               expect=st,
-                               code=ev.FILE_QUARANTINED)
-            raise UnreadableState(f"conversation entry {entry_id!r} is unreadable: {e}",
-                                  path=where or path, reason="unreadable") from e
+        except (ValueError, UnreadableState) as e:  # bad JSON, format, id, kind or message
+            newer = isinstance(e, _Newer) or newer_format(doc, ENTRY_FORMAT)
+            raise UnreadableState(f"conversation entry {entry_id!r} is unreadable"
+                                  f"{' (written by a newer fsdurable or pydantic-ai)' * newer}: "
+                                  f"{e}", path=path,
+                                  reason="needs_newer" if newer else "unreadable") from e
 
     def _fs_history(self, head_id: str | None, limit: int | None) -> list[ConversationEntry]:
         entries: list[ConversationEntry] = []
@@ -214,4 +226,48 @@ class FileConversationStore(ConversationStore):
         return entries
 
 
-__all__ = ["FileConversationStore"]
+def history(store: StoreLike, session_id: str) -> list[Any]:
+    """The message history (``ModelMessage`` list) a durable run keeps in session
+    ``session_id`` ([] if it has none)."""
+    from ._pydantic_history import messages
+
+    st = as_store(store)
+    try:
+        return list(messages(st.load(validate_session_id(session_id))))
+    except SessionNotFound:
+        return []
+
+
+class _Newer(ValueError):
+    """An entry of a newer writer's vocabulary (entry kind, message or part kind)."""
+
+
+def _brief(msg: Any) -> dict[str, Any]:
+    text = " ".join(str(getattr(p, "content", "")) for p in msg.parts
+                    if isinstance(getattr(p, "content", None), str))
+    return {"kind": msg.kind, "parts": [p.part_kind for p in msg.parts], "text": text}
+
+
+def describe(store: StoreLike, s: Session, *, last: int = 20) -> dict[str, Any]:
+    """What ``fsdurable show`` says of a conversation: its message count (the history walked
+    from its head, each entry one message) and its last ``last`` messages, in brief."""
+    conversations = FileConversationStore(store)
+    record = conversations._fs_record_of(s)
+    if record is None:
+        from ._pydantic_history import KEY as RUNS
+        from ._pydantic_history import messages
+
+        if RUNS in s.metadata:  # a durable run's conversation (FsDurableAgent)
+            msgs = messages(s)
+            return {"kind": "pydantic-ai durable run", "messages": len(msgs),
+                    "last": [_brief(m) for m in msgs[-last:]]}
+        return {"kind": "pydantic-ai conversation", "messages": 0, "last": []}
+    entries = conversations._fs_history(record.head_id, None)
+    shown = [_brief(entry.message) for entry in entries[-last:]]
+    return {"kind": "pydantic-ai conversation", "conversation_id": record.conversation_id,
+            "messages": len(entries), "requests": record.usage.requests,
+            "revision": record.revision, "last": shown}
+
+
+__all__ = ["DurableRun", "FileConversationStore", "FsDurableAgent", "RunOutcome", "describe",
+           "history", "paused_calls", "recover", "tool_context"]

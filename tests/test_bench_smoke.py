@@ -16,7 +16,7 @@ from typing import Any
 from .conftest import PYTHON, REPO, subprocess_env
 
 PARTS = ("startup", "discovery", "commit", "growth", "memory", "looplag", "adapters",
-         "events", "langgraph")
+         "events", "langgraph", "pydantic_ai")
 
 
 def stats_ok(r: dict[str, Any]) -> bool:
@@ -28,7 +28,7 @@ def test_quick_bench_completes_and_writes_valid_json(tmp_path: Path) -> None:
     env = subprocess_env(FSDURABLE_BENCH_CACHE=str(tmp_path / "cache"))
     env.pop("FSDURABLE_STATE_DIR", None)  # each bench part sets up its own
     p = subprocess.run([PYTHON, "-m", "bench", "--quick", "--out", str(out)], cwd=REPO, env=env,
-                       capture_output=True, text=True, timeout=240)
+                       capture_output=True, text=True, timeout=420)
     assert p.returncode == 0, p.stderr[-4000:]
     assert sorted(os.listdir(out)) == sorted(f"{n}.json" for n in PARTS)
     docs = {n: json.loads((out / f"{n}.json").read_text()) for n in PARTS}
@@ -55,5 +55,14 @@ def test_quick_bench_completes_and_writes_valid_json(tmp_path: Path) -> None:
     assert all(stats_ok(v) for part in ("put", "get_tuple") for v in lg["put_get"][part].values())
     assert lg["chat"]["results"]["fsdurable"]["bytes_on_disk"] > 0
     assert stats_ok(lg["discovery"]["results"]["fsdurable"])
+    pai = docs["pydantic_ai"]
+    assert set(pai["steps"]["per_step_ms"]) == {"plain", "fsdurable", "fsdurable_every",
+                                                "fsdurable_ledger", "dbos"}
+    assert all(stats_ok(v) for v in pai["steps"]["results"].values())
+    assert set(pai["startup"]) == {"fsdurable", "fsdurable_ledger", "dbos"}
+    assert all(stats_ok(v) for v in pai["startup"].values())
+    assert pai["startup"]["fsdurable_ledger"]["tool_reruns"] == 0  # answered from the ledger
+    assert stats_ok(ad["results"]["pydantic_ai_durable"])
+    assert stats_ok(ad["results"]["pydantic_ai_dbos"])
     # the quick run never rewrites the committed README or results
     assert not (out / "README.md").exists()

@@ -143,18 +143,20 @@ def test_two_processes_append_to_one_transcript(tmp_path: Path) -> None:
     assert [s["session_id"] for s in summaries] == ["sess"]
 
 
-def test_a_corrupt_batch_is_quarantined_with_an_event(tmp_path: Path) -> None:
+def test_a_corrupt_batch_is_reported_and_left_in_place(tmp_path: Path) -> None:
+    """A read never moves a file (issue 17 item 21): the read raises, the batch stays."""
     store = fsdurable.Store(tmp_path / "s")
     st = FileSessionStore(store)
     run(st.append(KEY, [e(uuid="1")]))
     [f] = batches(tmp_path / "s")
     f.write_bytes(b"\xff not json")
-    with pytest.raises(fsdurable.UnreadableState):
+    with pytest.raises(fsdurable.UnreadableState) as got:
         run(st.load(KEY))
-    assert not f.exists()
-    assert [p.read_bytes() for p in (tmp_path / "s" / "quarantine").iterdir()] == [
-        b"\xff not json"]
-    assert "file_quarantined" in [x.code for x in store.events()]
+    assert got.value.reason == "unreadable"
+    assert f.read_bytes() == b"\xff not json"
+    q = tmp_path / "s" / "quarantine"
+    assert not q.exists() or not list(q.iterdir())
+    assert "file_quarantined" not in [x.code for x in store.events()]
 
 
 def test_non_json_entries_are_refused(tmp_path: Path) -> None:

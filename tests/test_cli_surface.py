@@ -165,3 +165,88 @@ def test_doctor_shows_progress_on_a_tty(root: Path, monkeypatch: pytest.MonkeyPa
     assert main(["doctor", "--root", str(root), "--json"]) == 0
     assert "scanning" not in err2.getvalue()
     json.loads(capsys.readouterr().out)  # stdout: exactly the document
+
+
+@pytest.mark.parametrize("source", ["langgraph", "openai-agents", "pydantic-ai"])
+def test_interrupted_and_recover_name_the_same_adapter_runs(
+        source: str, root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An adapter's interrupted run: `interrupted` listed it, `recover --dry-run` (and recover)
+    left it out; now both name it, and recover says which driver's recover() resumes it."""
+    st = Store(root)
+    st.create("mine")
+    st.begin_turn("mine", "hi")
+    st.create("theirs", source=source)
+    st.begin_turn("theirs", "hi")
+    r = str(root)
+    _, out = _run(capsys, "interrupted", "--root", r, "--json")
+    listed = {d["session_id"]: d["driver"] for d in json.loads(out)["interrupted"]}
+    assert listed == {"mine": "loop", "theirs": source}
+    for argv, outcome in ((["recover", "--dry-run"], "would_leave"), (["recover"], "left")):
+        code, out = _run(capsys, *argv, "--root", r, "--json")
+        assert code == 0
+        got = {d["session_id"]: d for d in json.loads(out)["outcomes"]}
+        assert set(got) == set(listed), (argv, got)
+        assert got["theirs"]["outcome"] == outcome and source in got["theirs"]["reason"]
+    assert {m.session_id for m in st.interrupted()} == {"mine", "theirs"}  # nothing run
+
+
+def test_show_understands_adapter_sessions(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """`show` said `0 messages` of a Pydantic AI conversation, knew no LangGraph thread by its
+    thread id, and no Agents SDK item count; each adapter's describe() now tells."""
+    import asyncio
+    from typing import TypedDict
+
+    from agents import Agent, set_tracing_disabled
+    from agents.testing import ScriptedModel, assistant_message
+    from langgraph.graph import START, StateGraph
+    from pydantic_ai import Agent as PAgent
+    from pydantic_ai.conversation import Conversation
+    from pydantic_ai.models.test import TestModel
+
+    from fsdurable import openai_agents as oa
+    from fsdurable.langgraph import FsDurableSaver
+    from fsdurable.pydantic_ai import FileConversationStore
+
+    root = tmp_path / "store"
+    st = Store(root)
+
+    class State(TypedDict):
+        n: int
+
+    builder = StateGraph(State)
+    builder.add_node("double", lambda s: {"n": s["n"] * 2})
+    builder.add_edge(START, "double")
+    graph = builder.compile(checkpointer=FsDurableSaver(st))
+    assert graph.invoke({"n": 2}, {"configurable": {"thread_id": "user-42/chat 1"}}) == {"n": 4}
+
+    set_tracing_disabled(True)
+    agent = Agent(name="a", model=ScriptedModel([[assistant_message("hi")]]))
+    asyncio.run(oa.run(agent, "hello", session=oa.FileSession("chat-oa", st)))
+
+    conversations = FileConversationStore(st)
+    bot = PAgent(TestModel(custom_output_text="pong"))
+
+    async def turn(prompt: str) -> None:
+        conv = await conversations.load("chat-p") or Conversation(conversation_id="chat-p")
+        await conversations.save(await bot.run(prompt, conversation=conv))
+
+    asyncio.run(turn("ping"))
+    asyncio.run(turn("ping again"))
+    r = str(root)
+    code, out = _run(capsys, "show", "user-42/chat 1", "--root", r, "--json")
+    a = json.loads(out)["langgraph"]
+    assert code == 0 and a["thread_id"] == "user-42/chat 1"
+    assert a["run"] == "ended" and a["checkpoints"][""]
+    code, out = _run(capsys, "show", "user-42/chat 1", "--root", r)
+    assert "LangGraph thread 'user-42/chat 1'" in out
+    code, out = _run(capsys, "show", "chat-oa", "--root", r, "--json")
+    a = json.loads(out)["adapter"]
+    assert a["kind"] == "openai-agents session" and a["items"] == 2  # the input, the reply
+    code, out = _run(capsys, "show", "chat-p", "--root", r, "--json")
+    a = json.loads(out)["adapter"]
+    assert a["kind"] == "pydantic-ai conversation" and a["messages"] == 4
+    assert [m["text"] for m in a["last"]] == ["ping", "pong", "ping again", "pong"]
+    code, out = _run(capsys, "show", "chat-p", "--root", r)
+    assert "Pydantic AI conversation: 4 messages" in out and "0 messages" not in out
+    assert main(["show", "no/such thread", "--root", r]) == 2  # still a bad id, not found

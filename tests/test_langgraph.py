@@ -84,7 +84,8 @@ def test_a_sigkilled_run_is_resumed_by_a_fresh_process(tmp_path: Path) -> None:
     store = fsdurable.Store(root)
     assert store.interrupted() == []
     codes = [e.code for e in store.events(thread_session_id("t1"))]
-    assert codes[-2:] == ["interrupted_turn_resuming", "interrupted_turn_resumed"]
+    assert codes[-3:] == ["interrupted_turn_resuming", "turn_completed", "interrupted_turn_resumed"]
+    assert codes[0] == "turn_started"  # the live run began a turn of the langgraph driver
 
 
 def test_a_run_that_keeps_crashing_is_abandoned_at_the_cap_and_stays_readable(

@@ -151,11 +151,13 @@ def test_an_abandoned_turn_puts_its_in_doubt_call_in_the_review_queue(
         tid = loop_died_in_charge(st, "order")
         st.patch("order", lambda s: attrs.evolve(s, turn=attrs.evolve(
             s.turn, resume_attempts=st.config.max_resume_attempts)))
-    code, out = run(capsys, "recover", "--root", str(root))
-    assert code == 0
-    [o] = out["outcomes"]
-    assert (o["session_id"], o["outcome"], o["reason"]) == ("order", "abandoned", why)
+    capsys.readouterr()
+    assert main(["recover", "--root", str(root)]) == 0
+    text = capsys.readouterr().out
+    assert "abandoned" in text and "wait for review (fsdurable review order)" in text, text
     st = Store(root)
+    [e] = [e for e in st.events("order") if e.code == ev.ABANDONED]
+    assert (e.turn_id, e.reason) == (tid, why)
     s = st.load("order")
     assert not s.in_progress
     [c] = s.metadata["review_required"]["calls"]
@@ -272,6 +274,11 @@ def test_an_answer_belongs_to_one_turns_call(root: Path, tmp_path: Path,
     answers = st.load("order").metadata["review_answers"]
     assert sorted((a["turn_id"], a["tool_call_id"], a["answer"]) for a in answers.values()) == \
         sorted([(t1, "call_0", "ran"), (t2, "call_0", "did_not_run")])
+    from fsdurable._review import answer_of
+
+    s = st.load("order")
+    assert [answer_of(s, t, "call_0")["answer"] for t in (t1, t2)] == ["ran", "did_not_run"]
+    assert answer_of(s, "another-turn", "call_0") is None
     charges = tmp_path / "charges"
     charges.mkdir()
     monkeypatch.setenv(CHARGES_ENV, str(charges))

@@ -154,14 +154,18 @@ def test_cli_dry_run_foresees_orphans_superseded_turns_and_adapter_runs(store: A
     want = recover(store, AgentLoop(store, ScriptedModel([]), []), dry_run=True,
                    resume=False).to_dict()
     keys = ("session_id", "turn_id", "verdict", "outcome", "reason")
+    # the adapter's run is named too (as `interrupted` names it), left to its driver's recover
     assert sorted((o["session_id"], o["outcome"]) for o in got["outcomes"]) == [
-        ("live", "would_leave"), ("newer", "would_supersede"), ("orphan", "would_repair")]
-    assert [{k: o[k] for k in keys} for o in got["outcomes"]] == \
+        ("graph", "would_leave"), ("live", "would_leave"), ("newer", "would_supersede"),
+        ("orphan", "would_repair")]
+    [graph] = [o for o in got["outcomes"] if o["session_id"] == "graph"]
+    assert "driver langgraph" in graph["reason"]
+    assert [{k: o[k] for k in keys} for o in got["outcomes"] if o is not graph] == \
         [{k: o[k] for k in keys} for o in want["outcomes"]]
     # and the real run does what the dry run said
     real, _ = _cli_json(root, "recover")
     assert sorted((o["session_id"], o["outcome"]) for o in real["outcomes"]) == [
-        ("live", "left"), ("newer", "superseded"), ("orphan", "repaired")]
+        ("graph", "left"), ("live", "left"), ("newer", "superseded"), ("orphan", "repaired")]
 
 
 def test_cli_dry_run_hands_a_session_it_cannot_peek_to_the_library(store: Any,

@@ -29,7 +29,8 @@ def _judged(st: Any, markers: list[Any]) -> list[dict[str, Any]]:
              "verdict": verdict(m, node_id=st.node_id, now=now, policy=pol),
              "age_seconds": round(now - m.checkpoint_at, 3),
              "resume_attempts": m.resume_attempts, "route_key": m.route_key,
-             "source": m.source, "checkpoint_at": m.checkpoint_at} for m in markers]
+             "source": m.source, "driver": m.owner_driver, "checkpoint_at": m.checkpoint_at}
+            for m in markers]
 
 
 def _rows(data: list[dict[str, Any]], *, outcome: bool = False) -> list[list[str]]:
@@ -50,8 +51,10 @@ def _interrupted(args: argparse.Namespace) -> Result:
     # doctor --repair take it to the repair gate
     markers, bad = st.scan_markers()
     data = _judged(st, markers)
-    rows = _rows(data) + [[sid, f"unreadable ({why})", "", "", ""] for sid, why in bad]
-    text = table(rows, ["session", "verdict", "age", "attempts", "node"]) if rows else "(none)"
+    rows = [[*r, d["driver"]] for r, d in zip(_rows(data), data, strict=True)]
+    rows += [[sid, f"unreadable ({why})", "", "", "", ""] for sid, why in bad]
+    text = (table(rows, ["session", "verdict", "age", "attempts", "node", "driver"]) if rows
+            else "(none)")
     return 0, {"interrupted": data,
                "unreadable": [{"session_id": sid, "reason": why} for sid, why in bad]}, text
 
@@ -81,9 +84,34 @@ def _recover(args: argparse.Namespace) -> Result:
         with Progress(args, f"recover: applying the gates in {st.root}"):
             report = recover(st, _NoLoop(), resume=False, dry_run=bool(args.dry_run))
         data = [_outcome(o) for o in report.outcomes]
+        data += _left_to_drivers(st, st.scan_markers()[0], {d["session_id"] for d in data},
+                                 dry_run=bool(args.dry_run))
     header = ["session", "verdict", "age", "attempts", "node", "outcome"]
     text = table(_rows(data, outcome=True), header) if data else "(no interrupted turns)"
+    if not args.dry_run:
+        text += _parked(st, data)
     return 0, {"dry_run": bool(args.dry_run), "outcomes": data}, text
+
+
+def _parked(st: Any, data: list[dict[str, Any]]) -> str:
+    """A line for each abandoned turn whose in-doubt calls went to the review queue (they may
+    have run: a human answers them with ``fsdurable review``)."""
+    from .._errors import FsDurableError
+    from .._review import parked
+
+    lines = []
+    for d in data:
+        if d["outcome"] != "abandoned":
+            continue
+        try:
+            calls = [c for c in parked(st.load(d["session_id"]))
+                     if c.get("turn_id") == d["turn_id"] and c["answer"] is None]
+        except FsDurableError:
+            continue
+        if calls:
+            lines.append(f"\n{d['session_id']}: {len(calls)} call(s) of the abandoned turn may "
+                         f"have run and wait for review (fsdurable review {d['session_id']})")
+    return "".join(lines)
 
 
 def _dry_run(st: Any) -> list[dict[str, Any]] | None:
@@ -103,7 +131,7 @@ def _dry_run(st: Any) -> list[dict[str, Any]] | None:
     reason: str | None
     for m in markers:
         if m.owner_driver != "loop":
-            continue  # left to the adapter's own recover(), as a real run leaves them
+            continue  # left to the driver's own recover(), as a real run leaves them (below)
         v = verdict(m, node_id=st.node_id, now=now, policy=pol)
         exact, reason = m, v
         if v in NOT_CLAIMED:
@@ -119,7 +147,26 @@ def _dry_run(st: Any) -> list[dict[str, Any]] | None:
                     "verdict": v, "age_seconds": round(now - exact.checkpoint_at, 3),
                     "resume_attempts": exact.resume_attempts, "outcome": outcome,
                     "reason": reason, "error": None, "status": None})
-    return out
+    return out + _left_to_drivers(st, markers, set(), dry_run=True)
+
+
+def _left_to_drivers(st: Any, markers: list[Any], listed: set[str], *, dry_run: bool
+                     ) -> list[dict[str, Any]]:
+    """The interrupted turns another driver owns (a LangGraph thread, an Agents SDK or Pydantic
+    AI run): the generic recover leaves each to that driver's own ``recover()``. Listed with
+    that reason, so ``recover`` (and its dry run) and ``interrupted`` name the same turns."""
+    from .._gates import RecoveryPolicy, verdict
+
+    pol = RecoveryPolicy.from_config(st.config)
+    now = st.clock()
+    return [{"session_id": m.session_id, "turn_id": m.turn_id, "node_id": m.node_id,
+             "verdict": verdict(m, node_id=st.node_id, now=now, policy=pol),
+             "age_seconds": round(now - m.checkpoint_at, 3),
+             "resume_attempts": m.resume_attempts,
+             "outcome": "would_leave" if dry_run else "left",
+             "reason": f"driver {m.owner_driver}: its own recover() resumes it", "error": None,
+             "status": None} for m in markers
+            if m.owner_driver != "loop" and m.session_id not in listed]
 
 
 def _outcome(o: Any) -> dict[str, Any]:

@@ -28,14 +28,51 @@ def _init(args: argparse.Namespace) -> Result:
     return 0, data, text
 
 
+def _threads(st: Any, ids: list[str]) -> dict[str, str]:
+    """The LangGraph thread id of each thread session (``lg-<hash>``) that can be read."""
+    from .._errors import FsDurableError
+    from .._lgstore import PREFIX, describe
+
+    out = {}
+    for sid in ids:
+        if sid.startswith(PREFIX):
+            try:
+                out[sid] = describe(st.load(sid))["thread_id"]
+            except (FsDurableError, OSError):
+                continue  # listed without its name: `fsdurable doctor` reports the file
+    return out
+
+
 @command("sessions")
 def _sessions(args: argparse.Namespace) -> Result:
-    ids = open_store(args).sessions()
-    return 0, {"sessions": ids}, "\n".join(ids) if ids else "(no sessions)"
+    st = open_store(args)
+    ids = st.sessions()
+    threads = _threads(st, ids)
+    text = "\n".join(f"{sid}  (LangGraph thread {threads[sid]!r})" if sid in threads else sid
+                     for sid in ids)
+    data: dict[str, Any] = {"sessions": ids}
+    if threads:  # a LangGraph thread's session is named lg-<hash>: here is its thread id
+        data["langgraph_threads"] = threads
+    return 0, data, text or "(no sessions)"
 
 
 def _sid_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("session_id", help="the session's id (1-128 of A-Z a-z 0-9 _ -)")
+    p.add_argument("session_id", help="the session's id (1-128 of A-Z a-z 0-9 _ -), or a "
+                   "LangGraph thread id")
+
+
+def _load_named(st: Any, name: str) -> Any:
+    """A session by its id, or a LangGraph thread's session by its thread id."""
+    from .._errors import InvalidSessionId, SessionNotFound
+    from .._lgstore import thread_session_id
+
+    try:
+        return st.load(name)
+    except (SessionNotFound, InvalidSessionId):
+        alt = thread_session_id(name)
+        if not st.exists(alt):
+            raise
+        return st.load(alt)
 
 
 @command("show", args=_sid_args)
@@ -43,7 +80,8 @@ def _show(args: argparse.Namespace) -> Result:
     from .._codec import session_to_dict
     from .._review import parked
 
-    s = open_store(args).load(args.session_id)
+    st = open_store(args)
+    s = _load_named(st, args.session_id)
     d = session_to_dict(s)
     if isinstance(d.get("turn"), dict):  # one vocabulary: turn_id, as everywhere else
         d["turn"] = {"turn_id": d["turn"].pop("id"), **d["turn"]}
@@ -55,6 +93,16 @@ def _show(args: argparse.Namespace) -> Result:
                  f"attempts {s.turn.resume_attempts}")
     lines = [f"session {s.id}  version {s.version}  source {s.source}  route {s.route_key}",
              state, f"{len(s.messages)} messages"]
+    if "langgraph" in s.metadata:
+        from .._errors import UnreadableState
+        from .._lgstore import describe
+
+        try:
+            d["langgraph"] = lg = describe(s)
+            lines.insert(1, f"LangGraph thread {lg['thread_id']!r}, run {lg['run']}, "
+                         f"{lg['records']} records")
+        except UnreadableState:
+            pass
     if d["review_required"]:
         lines.append(f"PARKED FOR REVIEW: {len(d['review_required'])} call(s) may or may not "
                      f"have run (fsdurable review {s.id})")
@@ -62,7 +110,44 @@ def _show(args: argparse.Namespace) -> Result:
         text = m.content if len(m.content) <= 100 else m.content[:97] + "..."
         calls = "".join(f" [{c.name}]" for c in m.tool_calls)
         lines.append(f"  {m.role:>9}: {text}{calls}")
+    adapter = _adapter(st, s)
+    if adapter is not None:
+        d["adapter"] = adapter
+        lines[lines.index(f"{len(s.messages)} messages")] = _adapter_line(adapter)
+        if adapter.get("last"):
+            lines += [f"  {m['kind']:>9}: {m['text'][:100]}" for m in adapter["last"]]
     return 0, d, "\n".join(lines)
+
+
+def _adapter(st: Any, s: Any) -> dict[str, Any] | None:
+    """What an Agents SDK or Pydantic AI session's adapter says of it (each adapter's own
+    ``describe``: this module parses no adapter format); None for any other session (a
+    LangGraph thread's head is described above)."""
+    from .._records import driver_of
+
+    owner = driver_of(s.turn.driver if s.turn else "", s.source)
+    try:
+        if owner == "openai-agents":
+            from ..openai_agents import describe as describe_oa
+
+            return describe_oa(s)
+        if owner == "pydantic-ai":
+            from ..pydantic_ai import describe as describe_pa
+
+            return describe_pa(st, s)
+    except ImportError as e:  # the framework is not installed here: say so, show the rest
+        return {"kind": f"{owner} session", "unread": f"{e.name} is not installed "
+                f"(pip install 'fsdurable[{owner}]' to read it)"}
+    return None
+
+
+def _adapter_line(a: dict[str, Any]) -> str:
+    if "unread" in a:
+        return f"{a['kind']}: {a['unread']}"
+    if a["kind"] == "openai-agents session":
+        return f"Agents SDK session: {a['items']} items" + (
+            f", run {a['run']}" if a.get("run") else "")
+    return f"Pydantic AI conversation: {a['messages']} messages"
 
 
 def _events_args(p: argparse.ArgumentParser) -> None:

@@ -196,6 +196,7 @@ def check_state(rec: LgRecording, k: int, where_root: str, note: str) -> list[st
             if tup is None or tup.checkpoint["id"] != cp["id"] \
                     or tup.checkpoint["channel_values"] != {"log": ["after"]}:
                 out.append(f"{where}: a put after the crash is not the latest of {thread!r}")
+        saver.close()  # the next crash state is another process: its runs' locks go
     except Exception:
         out.append(f"{where}: reading the threads raised\n{traceback.format_exc(limit=6)}")
     return out
@@ -239,7 +240,7 @@ def _record_not_durable(self: Any, sid: str, seq: int, kind: str, data: bytes) -
     _fsio.write_atomic(self.layout.lg_record(sid, seq, kind), data, durable=False)
 
 
-def _head_before_records(self: Any, thread_id: str, fn: Any) -> Any:
+def _head_before_records(self: Any, thread_id: str, fn: Any, through: Any = None) -> Any:
     """Threads.mutate committing the head first, then writing the records it counts."""
     from fsdurable._lgstore import head_of, new_head, thread_session_id
 
@@ -252,7 +253,8 @@ def _head_before_records(self: Any, thread_id: str, fn: Any) -> Any:
             return s
         records, new, state = out
         new["seq"] = head["seq"] + len(records)
-        s = self.commit(sid, s, new, state)
+        s = through(s, new, state) if through is not None and s is not None \
+            else self.commit(sid, s, new, state)
         for i, (kind, data) in enumerate(records):
             self._write_once(sid, head["seq"] + 1 + i, kind, data)
         return s
@@ -331,33 +333,30 @@ def _worker(root: str, kill_at: int, log_path: str) -> None:
 
 def _allowed(lines: list[str]) -> dict[str, Any]:
     """Per thread: the latest checkpoints allowed after a crash, and (thread k) the pending
-    write counts allowed for each checkpoint id."""
-    state: dict[str, str | None] = {"k": None, "d": None}
-    allowed: dict[str, set[str | None]] = {}
+    write counts allowed for each checkpoint id. A call a kill cut short (a ``start`` with no
+    ``ack``) may or may not have happened, in this round or an earlier one."""
+    allowed: dict[str, set[str | None]] = {"k": {None}, "d": {None}}
     writes: dict[str, set[int]] = {}
+
+    def apply(kind: str, thread: str, ckid: str, *, sure: bool) -> None:
+        if kind == "writes":
+            writes[ckid] = {1} if sure else writes.get(ckid, {0}) | {1}
+            return
+        got = ckid if kind == "put" else None
+        allowed[thread] = {got} if sure else allowed[thread] | {got}
+
     flight: tuple[str, str, str] | None = None
     for line in lines:
         what, kind, thread, ckid = line.split()
         if what == "start":
+            if flight is not None:  # the previous round was killed inside this call
+                apply(*flight, sure=False)
             flight = (kind, thread, ckid)
             continue
+        apply(kind, thread, ckid, sure=True)
         flight = None
-        if kind == "put":
-            state[thread] = ckid
-        elif kind == "delete":
-            state[thread] = None
-        else:
-            writes[ckid] = {1}
-    for t, v in state.items():
-        allowed[t] = {v}
     if flight is not None:
-        kind, thread, ckid = flight
-        if kind == "put":
-            allowed[thread].add(ckid)
-        elif kind == "delete":
-            allowed[thread].add(None)
-        else:
-            writes[ckid] = writes.get(ckid, {0}) | {1}
+        apply(*flight, sure=False)
     return {"latest": allowed, "writes": writes}
 
 
