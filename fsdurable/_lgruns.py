@@ -155,7 +155,7 @@ def turn(saver: FsDurableSaver, tid: str,
     no open run, the call holds the thread's begin lock while it commits, so a write saved in
     the background never commits beside a run another thread is beginning; with one, the run's
     mutex (before the commit lock: LangGraph calls the saver and the tools from many threads)."""
-    sid = lg.thread_session_id(tid)
+    sid = saver.threads.sid(tid)
     run = saver.runs.get(sid)
     if run is None:
         with saver.runs.begin_lock(sid):
@@ -169,7 +169,7 @@ def turn(saver: FsDurableSaver, tid: str,
 
 def _begin(saver: FsDurableSaver, tid: str,
            want: Callable[[Session | None, dict[str, Any]], str | None]) -> TurnRun | None:
-    store, sid = saver.store, lg.thread_session_id(tid)
+    store, sid = saver.store, saver.threads.sid(tid)
     s = saver.threads.session(sid)
     state = want(s, lg.head_of(s) if s is not None else lg.new_head(tid))
     if state is None or (state != lg.RUNNING and (s is None or not s.in_progress)):
@@ -266,7 +266,7 @@ class ToolLedger:
         saver, tid = conf.get("__pregel_checkpointer"), conf.get("thread_id")
         run = None
         if isinstance(saver, FsDurableSaver) and tid is not None:
-            sid = lg.thread_session_id(tid)
+            sid = saver.threads.sid(tid)
             run = saver.runs.get(sid)
             if run is None:  # durability="async": the run's first put may still be on its way
                 with saver.runs.begin_lock(sid):
@@ -439,7 +439,7 @@ def _ran(why: str | None) -> str:
 
 def _select(select: Callable[[Marker], bool] | None) -> Callable[[Marker], bool]:
     def ours(m: Marker) -> bool:  # recovery itself takes only the langgraph driver's turns
-        return m.session_id.startswith(lg.PREFIX) and (select is None or select(m))
+        return select is None or select(m)
 
     return ours
 

@@ -40,7 +40,7 @@ import attrs
 
 from . import _fsio
 from ._errors import InvalidState, SessionNotFound, UnreadableState
-from ._layout import new_id
+from ._layout import new_id, validate_session_id
 from ._model import Session
 from ._store import Store
 
@@ -176,8 +176,9 @@ def head_of(s: Session) -> dict[str, Any]:
 class Threads:
     """The LangGraph threads of one store. Thread-safe; many processes may share the store."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, named: bool = False) -> None:
         self.store = store
+        self.named = named
         self.layout = store.layout
         self._durable = store.config.fsync
         self._mu = threading.Lock()
@@ -185,6 +186,17 @@ class Threads:
         self._index: dict[str, tuple[tuple[str, int], _Index]] = {}  # sid -> (era, index)
 
     # ------------------------------------------------------------------ reading
+
+    def sid(self, thread_id: object) -> str:
+        """The session id of a thread: ``thread_session_id`` — or, for a store whose threads
+        are ``named`` (``FsDurableSaver(session_ids="thread")``), the thread id itself when it
+        is a valid session id (``fsdurable show <thread id>``, one id everywhere)."""
+        if self.named and isinstance(thread_id, str):
+            try:
+                return validate_session_id(thread_id)
+            except ValueError:
+                pass
+        return thread_session_id(thread_id)
 
     def session(self, sid: str) -> Session | None:
         try:
@@ -300,9 +312,9 @@ class Threads:
         """(session id, thread id) of every thread, from one listing of ``sessions/``."""
         out = []
         for sid in self.store.sessions():
-            if sid.startswith(PREFIX):
+            if sid.startswith(PREFIX) or self.named:
                 s = self.session(sid)
-                if s is not None:
+                if s is not None and (sid.startswith(PREFIX) or "langgraph" in s.metadata):
                     out.append((sid, head_of(s)["thread_id"]))
         return out
 
@@ -317,7 +329,7 @@ class Threads:
         nothing to do. The records are written (write-once) before the head is committed —
         by ``through(session, head, state)`` if given (the graph run's turn protocol), else by
         ``commit``."""
-        sid = thread_session_id(thread_id)
+        sid = self.sid(thread_id)
         with self.store.commit_lock(sid):
             s = self.session(sid)
             if s is None:
@@ -392,7 +404,7 @@ class Threads:
 
     def delete(self, thread_id: str) -> bool:
         """Delete a thread: its session first (the one step that decides), then its records."""
-        sid = thread_session_id(thread_id)
+        sid = self.sid(thread_id)
         with self.store.commit_lock(sid):
             existed = self.session(sid) is not None
             if existed:
@@ -404,7 +416,7 @@ class Threads:
         """Delete some records of a thread: ``choose(head, index)`` names them. They are first
         committed as ``gone`` (invisible), then unlinked unless a surviving checkpoint still
         reads a blob from them; the head's latest checkpoint per namespace is recomputed."""
-        sid = thread_session_id(thread_id)
+        sid = self.sid(thread_id)
         with self.store.commit_lock(sid):
             s = self.session(sid)
             if s is None:

@@ -74,11 +74,13 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
     """LangGraph checkpointer storing each thread in an fsdurable store (see the module doc)."""
 
     def __init__(self, store: Store | str | os.PathLike[str] | None = None, *,
-                 serde: SerializerProtocol | None = None, config: Config = DEFAULT_CONFIG
-                 ) -> None:
+                 serde: SerializerProtocol | None = None, config: Config = DEFAULT_CONFIG,
+                 session_ids: str = "hashed") -> None:
         super().__init__(serde=serde)
+        if session_ids not in ("hashed", "thread"):
+            raise ValueError(f"session_ids must be 'hashed' or 'thread', not {session_ids!r}")
         self.store = store if isinstance(store, Store) else Store(store, config=config)
-        self.threads = lg.Threads(self.store)
+        self.threads = lg.Threads(self.store, named=session_ids == "thread")
         self.breakpoints: frozenset[str] = frozenset()
         self.runs = runs.Runs()  # this saver's graph runs open in this process
 
@@ -86,12 +88,13 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
     @contextmanager
     def from_conn_string(cls, conn_string: str | os.PathLike[str], *,
                          serde: SerializerProtocol | None = None,
-                         config: Config = DEFAULT_CONFIG) -> Iterator[FsDurableSaver]:
+                         config: Config = DEFAULT_CONFIG,
+                         session_ids: str = "hashed") -> Iterator[FsDurableSaver]:
         """``with FsDurableSaver.from_conn_string("graph-store") as saver:`` — shaped like
         ``SqliteSaver.from_conn_string``; the "connection string" is the store's directory. On
         exit, a live run of this process still open (its graph raised something LangGraph
         records no error for) lets go of its route lock and stays interrupted, for recover."""
-        saver = cls(conn_string, serde=serde, config=config)
+        saver = cls(conn_string, serde=serde, config=config, session_ids=session_ids)
         try:
             yield saver
         finally:
@@ -114,7 +117,7 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         c = config["configurable"]
         tid, ns = str(c["thread_id"]), c.get("checkpoint_ns", "")
-        s = self.threads.session(lg.thread_session_id(tid))
+        s = self.threads.session(self.threads.sid(tid))
         if s is None:
             return None
         got = self.threads.checkpoint(s, ns, get_checkpoint_id(config))
@@ -143,7 +146,7 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
              ) -> Iterator[CheckpointTuple]:
         if config is not None:
             tid = str(config["configurable"]["thread_id"])
-            threads = [(lg.thread_session_id(tid), tid)]
+            threads = [(self.threads.sid(tid), tid)]
             ns = config["configurable"].get("checkpoint_ns")
             only = get_checkpoint_id(config)
         else:
@@ -319,7 +322,7 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
 
     def delete_thread(self, thread_id: str) -> None:
         self.threads.delete(str(thread_id))
-        self.runs.release(lambda r: r.session_id == lg.thread_session_id(thread_id))
+        self.runs.release(lambda r: r.session_id == self.threads.sid(thread_id))
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         runs = set(run_ids)
@@ -361,7 +364,7 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every record of the source thread (payloads byte for byte) after the target's."""
-        src = self.threads.session(lg.thread_session_id(source_thread_id))
+        src = self.threads.session(self.threads.sid(source_thread_id))
         if src is None:
             return
         shead = lg.head_of(src)

@@ -23,7 +23,7 @@ import fsdurable
 from tests.conformance import drivers as _drivers
 from tests.conformance.harness import GUARDED, IDEM, PAY, World, outcomes_for
 
-REQUIRED = {"loop"}
+REQUIRED = {"loop", "langgraph", "langgraph_async"}
 MODULES = sorted(m.name for m in pkgutil.iter_modules(_drivers.__path__))
 SID = "conv-1"
 
@@ -71,7 +71,8 @@ def events(w: World, code: str | None = None) -> list[fsdurable.Event]:
 def test_a_live_run_holds_its_route_lock_for_its_whole_life(world: World, drv: str) -> None:
     """A second process's recover, while the run is live (inside a slow tool), reports the turn
     ``busy`` and never runs it: the tool runs once, the turn completes once."""
-    live = world.start(drv, "live", SID, PAY, FSDC_SLEEP="lookup:4")
+    # 15 s: the second process imports its framework first (LangGraph: 5 s on a loaded machine)
+    live = world.start(drv, "live", SID, PAY, FSDC_SLEEP="lookup:15")
     try:
         world.wait_for("lookup")
         rec = world.run(drv, "recover", SID, PAY)

@@ -327,3 +327,28 @@ def test_the_cli_names_threads_by_their_id_and_show_takes_a_thread_id(
     shown = json.loads(capsys.readouterr().out)
     assert shown["session_id"] == sid and shown["langgraph"]["thread_id"] == "user-42/chat"
     assert main(["show", "no-such-thread", "--root", str(root), "--json"]) != 0
+
+
+def test_thread_sessions_may_be_named_by_their_thread_id(root: Path) -> None:
+    saver = FsDurableSaver(root, session_ids="thread")
+    graph = lg_cases.build("steps", saver)
+    for tid in ("conv-1", "user-42/chat"):  # a valid session id, and one that is not
+        assert graph.invoke({"n": 1}, {"configurable": {"thread_id": tid}}) == {"n": 17}
+    assert saver.store.load("conv-1").metadata["langgraph"]["thread_id"] == "conv-1"
+    assert sorted(saver.threads.thread_ids()) == sorted(
+        [("conv-1", "conv-1"), (thread_session_id("user-42/chat"), "user-42/chat")])
+    assert {t.config["configurable"]["thread_id"] for t in saver.list(None)} == {
+        "conv-1", "user-42/chat"}
+    with pytest.raises(ValueError):
+        FsDurableSaver(root, session_ids="plain")
+
+
+def test_graph_runs_killed_at_random_moments_settle_to_their_end_state(tmp_path: Path) -> None:
+    """The LangGraph kill torture's quick run (``python -m tests.torture.lgkills --kills 1000``
+    is the long one): random SIGKILLs of real graph runs and of their recoveries."""
+    from tests.torture import lgkills
+
+    res = lgkills.run(str(tmp_path), kills=2, seed=7, max_rounds=4)
+    assert res["violations"] == []
+    assert res["rounds"] >= 1 and res["completed"] + res["abandoned"] + res["not_started"] \
+        == res["rounds"]

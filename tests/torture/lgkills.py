@@ -1,0 +1,147 @@
+"""The kill torture for LangGraph graph runs: real graph runs SIGKILLed at random moments.
+
+Each round starts a live run of the conformance suite's ``langgraph`` driver (scenario ``idem``:
+a lookup, then an idempotent charge, then the final reply; ``durability="sync"``) on its own
+thread in a child process, SIGKILLs it after a random delay, then runs that driver's
+``recover`` in child processes — each of which may be SIGKILLed too — until no run of the
+thread is left interrupted. End-state checks, per thread:
+
+- nothing is left in progress and no marker is left (every killed run settled);
+- a thread whose run began either completed once (the reply ``paid``, exactly once) or was
+  abandoned with an event (``interrupted_turn_abandoned``) — never dropped silently;
+- every execution of ``charge`` carries the same idempotency key (a repeat is a re-run of the
+  in-doubt call with its key, never a new call), and it ran at most once per kill that could have
+  cut it short, plus one;
+- the resumed executions were unattended.
+
+    python -m tests.torture.lgkills --kills 1000 [--seed N]
+
+CI runs ``kills=3`` (tests/test_langgraph_turns.py). Figures: docs/reliability.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.conformance.harness import IDEM, World
+
+
+def _kill_after(p: Any, delay: float, w: World | None = None) -> bool:
+    """SIGKILL ``p`` ``delay`` seconds after its first tool started (``w``'s effects log: the
+    graph run is under way; a child spends seconds importing LangGraph first) unless it ended
+    first; True if it was killed."""
+    if w is not None:
+        while p.poll() is None and not any(e["pid"] == p.pid for e in w.effects_log()):
+            time.sleep(0.01)
+    deadline = time.monotonic() + delay
+    while time.monotonic() < deadline:
+        if p.poll() is not None:
+            return False
+        time.sleep(0.01)
+    if p.poll() is not None:
+        return False
+    os.kill(p.pid, signal.SIGKILL)
+    p.communicate(timeout=60)
+    return True
+
+
+def run(base: str, *, kills: int, seed: int = 0, max_rounds: int | None = None) -> dict[str, Any]:
+    import fsdurable
+
+    rng = random.Random(seed)
+    w = World(Path(base) / "store", Path(base) / "effects.jsonl")
+    done = {"kills": 0, "rounds": 0, "completed": 0, "abandoned": 0, "not_started": 0,
+            "resumes": 0, "charge_reruns": 0}
+    violations: list[str] = []
+    t = time.monotonic()
+    while done["kills"] < kills and (max_rounds is None or done["rounds"] < max_rounds):
+        sid = f"t{done['rounds']}"
+        done["rounds"] += 1
+        cut = 0
+        p = w.start("langgraph", "live", sid, IDEM)
+        if _kill_after(p, rng.uniform(0.0, 0.8), w):
+            cut += 1
+        else:
+            _out, err = p.communicate(timeout=120)
+            if p.returncode != 0:
+                violations.append(f"{sid}: the live run failed: {err[-1500:]}")
+        for _ in range(12):  # recover until nothing of the thread is interrupted
+            st = fsdurable.Store(w.root)
+            if not any(m.session_id == sid for m in st.interrupted()):
+                break
+            r = w.start("langgraph", "recover", sid, IDEM)
+            done["resumes"] += 1
+            if rng.random() < 0.3 and _kill_after(r, rng.uniform(0.0, 0.5), w):
+                cut += 1
+                continue
+            _out, err = r.communicate(timeout=180)
+            if r.returncode != 0:
+                violations.append(f"{sid}: recover failed: {err[-1500:]}")
+                break
+        done["kills"] += cut
+        violations += _check(w, sid, cut, done)
+    done["seconds"] = round(time.monotonic() - t)
+    return {**done, "violations": violations}
+
+
+def _check(w: World, sid: str, cut: int, done: dict[str, Any]) -> list[str]:
+    import fsdurable
+
+    out: list[str] = []
+    st = fsdurable.Store(w.root)
+    if any(m.session_id == sid for m in st.interrupted()):
+        out.append(f"{sid}: still interrupted after its recoveries")
+    try:
+        s = st.load(sid)
+    except fsdurable.SessionNotFound:
+        done["not_started"] += 1  # killed before the run's first checkpoint
+        s = None
+    if s is not None:
+        if s.in_progress:
+            out.append(f"{sid}: still in progress")
+        replies = [m.content for m in s.messages if m.role == "assistant" and m.content]
+        codes = [e.code for e in st.events(sid)]
+        if replies == [IDEM.final]:
+            done["completed"] += 1
+        elif not replies and "interrupted_turn_abandoned" in codes:
+            done["abandoned"] += 1
+        elif not replies and "turn_started" not in codes:
+            done["not_started"] += 1
+        else:
+            out.append(f"{sid}: replies {replies}, events {codes}")
+    mine = [e for e in w.effects_log() if e["key"].startswith(f"{sid}:")]
+    charges = [e for e in mine if e["tool"] == "charge" and e["what"] == "start"]
+    if len({e["key"] for e in charges}) > 1:
+        out.append(f"{sid}: charge ran under several keys {[e['key'] for e in charges]}")
+    if len(charges) > cut + 1:
+        out.append(f"{sid}: charge ran {len(charges)} times with {cut} kills")
+    done["charge_reruns"] += max(0, len(charges) - 1)
+    pids = sorted({e["pid"] for e in mine}, key=[e["pid"] for e in mine].index)
+    for e in mine:
+        if e["pid"] != pids[0] and e["attended"]:
+            out.append(f"{sid}: a resumed execution was attended: {e}")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.torture.lgkills")
+    ap.add_argument("--kills", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="fsd-lgkills-") as base:
+        res = run(base, kills=a.kills, seed=a.seed)
+    print(json.dumps(res, indent=1))
+    return 1 if res["violations"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
