@@ -70,11 +70,27 @@ def make_messages(rng: random.Random, target_bytes: int) -> tuple[Any, ...]:
     return tuple(msgs)
 
 
+def inline_document(s: Any) -> bytes:
+    """``s`` as one file with its messages inline (format 3, which the store reads and migrates):
+    the data sets hold 100,000 such sessions, whose ids are filled into one template each —
+    segments, named by their digest, cannot be templated. Discovery reads none of it."""
+    import attrs
+    import orjson
+
+    from fsdurable._codec import _conv, session_to_dict
+
+    d = session_to_dict(attrs.evolve(s, messages=()), None)
+    del d["history"]
+    d["format"] = "fsdurable.session/3"
+    d["messages"] = [_conv().unstructure(m) for m in s.messages]
+    return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
+
+
 def templates(session_bytes: int) -> list[tuple[bytes, bytes, bytes]]:
     """(idle session, interrupted session, marker) encodings with placeholder ids."""
     import attrs
 
-    from fsdurable._codec import encode_marker, encode_session
+    from fsdurable._codec import encode_marker
     from fsdurable._model import Marker, Session, Turn
 
     out = []
@@ -85,11 +101,11 @@ def templates(session_bytes: int) -> list[tuple[bytes, bytes, bytes]]:
                     source="api", route_key=f"session:{PLACEHOLDER}",
                     messages=make_messages(rng, session_bytes),
                     metadata={"title": _text(rng, 40), "model": "some-model-1"})
-        idle = encode_session(s)
+        idle = inline_document(s)
         turn = Turn(id=TURN_PLACEHOLDER, started_at=now - 5, checkpoint_at=now - 1,
                     phase="tool_batch_finished")
         busy_s = attrs.evolve(s, in_progress=True, turn=turn)
-        busy = encode_session(busy_s)
+        busy = inline_document(busy_s)
         marker = encode_marker(Marker.of(busy_s, NODE))
         out.append((idle, busy, marker))
     return out

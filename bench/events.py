@@ -36,7 +36,6 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
     work = os.path.join(cache_dir(quick), "events")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    os.environ.setdefault("FSDURABLE_STATE_DIR", os.path.join(work, "state"))
     env = environment(work)
     log(f"events: building stores (10 and {others} other sessions) ...")
     small = build(os.path.join(work, "small"), 10)

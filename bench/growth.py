@@ -1,18 +1,28 @@
-"""Cost growth: checkpoints of a growing transcript, serialization throughput, writes per turn.
+"""Cost growth: what a commit costs as a session grows, and what a long chat writes to disk.
 
 Command: ``python -m bench.growth`` (full) or ``python -m bench.growth --quick``.
-Writes ``growth.json``. Three figures:
+Writes ``growth.json``. Four figures (issue 18's targets, side by side in one run):
 
-1. checkpoint cost as a transcript grows from 10 to 10,000 messages (~1 KB each on average, tool
-   calls included): each sample appends one message and checkpoints. Contenders, interleaved:
-   ``fsdurable`` (the encoder reuses the encoded prefix), ``fsdurable_cold`` (the encoder's cache
-   emptied first: every message re-encoded, as after a load) and the ``floor`` (temp + fsync +
-   rename + directory fsync of the same number of bytes).
-2. serialization throughput (MB/s of session file) of ``encode_session`` (cold and with one new
-   message), ``parse_session``, against ``orjson`` and stdlib ``json`` on the same document.
-3. writes per turn of a bursty ``AgentLoop`` turn (12 model steps, 2 quick tool calls each, all
-   within the debounce window) with the default 2 s checkpoint debounce and with it off (0 s):
-   session and marker writes, fsyncs, counted through ``_fsio``'s recorder.
+1. ``checkpoint_growth``: at 10, 100, 1,000 and 5,000 messages (~1 KB each on average, tool
+   calls included), interleaved round by round: ``checkpoint`` (a phase boundary that adds no
+   message), ``append_checkpoint`` (one new message, then the commit), ``patch`` (a metadata
+   read-modify-write: it loads the session), ``begin_turn`` (a new turn with a user message; the
+   turn is cancelled, untimed, before each call) and the two floors: ``floor_append`` (one
+   append + fdatasync of the new message's bytes: an append-only design) and ``floor_rename``
+   (temp + fsync + rename + directory fsync of the session document's bytes).
+2. ``chat``: a 1,000-turn chat (quick: 100) through the store's turn API — per turn
+   ``begin_turn`` with a ~2 KB user message, one checkpoint, ``end_turn`` with a ~2 KB reply —
+   against the append-only floor with the same marker protocol (marker written, the two messages
+   appended with an fdatasync each, marker removed). Time, and the bytes each wrote: ``wchar``
+   (bytes passed to write) and ``write_bytes`` (bytes sent to the storage layer, whole pages) of
+   ``/proc/self/io``, next to the turns' content (the messages' UTF-8 bytes).
+3. ``rsync``: the bytes ``rsync -a --no-whole-file`` sends (its ``--stats``) to bring a mirror
+   of the store up to date after one turn of a 1,000-message session, against that turn's content.
+4. ``throughput``: ``parse_session`` of a 1 MB session's document and the read of its whole
+   history (``tuple(session.messages)``), against ``orjson.loads`` of the same messages as one
+   file.
+A part that cannot measure (no ``/proc/self/io``, no rsync) raises: the run fails, never a table
+that silently says "not measured".
 """
 
 from __future__ import annotations
@@ -20,16 +30,18 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
+import subprocess
+import time
 from typing import Any
 
 from ._harness import cache_dir, environment, log, measure, ratio, script_main, write_result
 
-FULL = {"points": [10, 100, 1_000, 10_000], "reps": 40, "budget": 8.0, "tp_sizes": [1 << 20,
-                                                                                    10 << 20],
-        "turns": 10}
-QUICK = {"points": [10, 100, 1_000], "reps": 8, "budget": 1.0, "tp_sizes": [1 << 20],
-         "turns": 2}
+FULL = {"points": [10, 100, 1_000, 5_000], "reps": 40, "budget": 6.0, "tp_sizes": [1 << 20],
+        "turns": 10, "chat_turns": 1_000, "rsync_messages": 1_000}
+QUICK = {"points": [10, 100, 1_000], "reps": 8, "budget": 0.5, "tp_sizes": [1 << 20],
+         "turns": 2, "chat_turns": 100, "rsync_messages": 200}
 
 
 def transcript(n: int) -> tuple[Any, ...]:
@@ -43,99 +55,228 @@ def transcript(n: int) -> tuple[Any, ...]:
     return msgs[:n]
 
 
+def io_counters() -> dict[str, int]:
+    """This process's ``wchar`` and ``write_bytes`` (Linux ``/proc/self/io``); raises if absent:
+    a figure that cannot be measured fails the run."""
+    with open("/proc/self/io", encoding="ascii") as f:
+        d = dict(line.split(": ") for line in f.read().splitlines())
+    return {"wchar": int(d["wchar"]), "write_bytes": int(d["write_bytes"])}
+
+
+class AppendFloor:
+    """One append + fdatasync of the new bytes: the cost of an append-only design."""
+
+    def __init__(self, path: str, data: bytes) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self.data = data
+
+    def __call__(self) -> None:
+        os.write(self.fd, self.data)
+        os.fdatasync(self.fd)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 def growth_points(store: Any, work: str, p: dict[str, Any]) -> list[dict[str, Any]]:
     import attrs
 
     from fsdurable import _codec
-    from fsdurable._model import Message
+    from fsdurable._model import Message, extended
 
     from .commit import Floor
 
     rows = []
     extra = Message("assistant", "noted; next step " * 6)
+    extra_bytes = orjson_bytes(extra)
     for n in p["points"]:
-        msgs = transcript(n)
-        boxes = {}
-        for name in ("fsdurable", "fsdurable_cold"):
-            sid = f"g{n}-{name.replace('_', '-')}"
-            s = store.begin_turn(store.create(sid).id, None)
-            boxes[name] = {"s": store.commit(attrs.evolve(s, messages=msgs), s.version)}
-        data = _codec.encode_session(boxes["fsdurable"]["s"])
+        sid = f"g{n}"
+        s = store.begin_turn(store.create(sid).id, None)
+        box = {"s": store.commit(attrs.evolve(s, messages=transcript(n)), s.version)}
+        idle = f"g{n}-idle"
+        store.create(idle)
+        store.patch(idle, lambda cur, n=n: attrs.evolve(cur, messages=transcript(n)))
+        doc = _codec.encode_session(box["s"])
         floor_dir = os.path.join(work, f"floor-{n}")
         os.makedirs(floor_dir)
+        append = AppendFloor(os.path.join(floor_dir, "log.jsonl"), extra_bytes)
 
-        def grow(box: dict[str, Any]) -> None:
+        def checkpoint(box: dict[str, Any] = box) -> None:
+            box["s"] = store.checkpoint(box["s"], phase="model_reply")
+
+        def append_checkpoint(box: dict[str, Any] = box) -> None:
             s = box["s"]
-            box["s"] = store.commit(attrs.evolve(s, messages=(*s.messages, extra)), s.version)
+            box["s"] = store.commit(attrs.evolve(s, messages=extended(s.messages, extra)),
+                                    s.version)
 
-        def setup(name: str, cold_id: str = boxes["fsdurable_cold"]["s"].id) -> None:
-            if name == "fsdurable_cold":
-                _codec._message_cache.discard(cold_id)
+        def patch(idle: str = idle) -> None:
+            store.patch(idle, lambda cur: attrs.evolve(
+                cur, metadata={"n": cur.metadata.get("n", 0) + 1}))
 
-        calls = {"fsdurable": lambda b=boxes["fsdurable"]: grow(b),
-                 "fsdurable_cold": lambda b=boxes["fsdurable_cold"]: grow(b),
-                 "floor": Floor(floor_dir, [data, data[:-1] + b" "])}
+        def begin(idle: str = idle) -> None:
+            store.begin_turn(idle, "one more question")
+
+        def setup(name: str, idle: str = idle) -> None:
+            if name == "begin_turn":
+                store.cancel(idle)  # untimed: the next begin_turn finds the session idle
+
+        calls = {"checkpoint": checkpoint, "append_checkpoint": append_checkpoint,
+                 "patch": patch, "begin_turn": begin, "floor_append": append,
+                 "floor_rename": Floor(floor_dir, [doc, doc[:-1] + b" "])}
         res = measure(calls, min_reps=5, max_reps=p["reps"], budget=p["budget"], setup=setup)
-        row = {"messages": n, "bytes": len(data), "results": res,
-               "ratios": {"fsdurable_vs_floor": ratio(res["fsdurable"], res["floor"]),
-                          "fsdurable_cold_vs_floor": ratio(res["fsdurable_cold"], res["floor"])}}
-        log(f"  growth n={n} ({len(data) >> 10} KB): " + ", ".join(
+        append.close()
+        row = {"messages": n, "document_bytes": len(doc), "results": res,
+               "ratios": {"checkpoint_vs_floor_rename": ratio(res["checkpoint"],
+                                                              res["floor_rename"]),
+                          "append_checkpoint_vs_floor_append": ratio(res["append_checkpoint"],
+                                                                     res["floor_append"])}}
+        log(f"  growth n={n} (document {len(doc)} B): " + ", ".join(
             f"{k} {v['median'] * 1e3:.2f}ms" for k, v in res.items()))
         rows.append(row)
     return rows
 
 
-def throughput(p: dict[str, Any]) -> list[dict[str, Any]]:
-    return [throughput_one(size, p) for size in p["tp_sizes"]]
+def orjson_bytes(m: Any) -> bytes:
+    import orjson
+
+    from fsdurable._codec import _conv
+
+    return orjson.dumps(_conv().unstructure(m), option=orjson.OPT_APPEND_NEWLINE)
 
 
-def throughput_one(size: int, p: dict[str, Any]) -> dict[str, Any]:
+def chat(store: Any, work: str, p: dict[str, Any]) -> dict[str, Any]:
+    """A long chat through the turn API, and the append-only floor doing the same turns."""
+    from ._data import _text
+
+    rng = random.Random(18)
+    turns = p["chat_turns"]
+    texts = [(_text(rng, 2000), _text(rng, 2000)) for _ in range(turns)]
+    content = sum(len(q.encode()) + len(a.encode()) for q, a in texts)
+    sid = store.create("chat").id
+    before, t0 = io_counters(), time.perf_counter()
+    for q, a in texts:
+        s = store.begin_turn(sid, q)
+        s = store.checkpoint(s, phase="model_reply")
+        store.end_turn(s, a)
+    seconds, after = time.perf_counter() - t0, io_counters()
+    ours = {k: after[k] - before[k] for k in after}
+    floor_dir = os.path.join(work, "chat-floor")
+    os.makedirs(floor_dir)
+    marker = os.path.join(floor_dir, "marker.json")
+    log_path = os.path.join(floor_dir, "chat.jsonl")
+    dfd = os.open(floor_dir, os.O_RDONLY)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    before, t0 = io_counters(), time.perf_counter()
+    for q, a in texts:  # marker (temp, fsync, rename, dir fsync); two appends; marker removed
+        tmp = marker + ".tmp"
+        mfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.write(mfd, b'{"session_id":"chat","turn_id":"t"}\n')
+        os.fsync(mfd)
+        os.close(mfd)
+        os.replace(tmp, marker)
+        os.fsync(dfd)
+        for text in (q, a):
+            os.write(fd, json.dumps({"role": "user", "content": text}).encode() + b"\n")
+            os.fdatasync(fd)
+        os.unlink(marker)
+        os.fsync(dfd)
+    floor_s, after = time.perf_counter() - t0, io_counters()
+    os.close(fd)
+    os.close(dfd)
+    floor = {k: after[k] - before[k] for k in after}
+    if not floor["write_bytes"]:
+        raise RuntimeError("write_bytes stayed 0 (tmpfs?): bytes written cannot be measured here")
+    out = {"turns": turns, "content_bytes": content,
+           "fsdurable": {"seconds": seconds, **ours}, "floor_append": {"seconds": floor_s, **floor},
+           "ratios": {"write_bytes_vs_content": ours["write_bytes"] / content,
+                      "wchar_vs_content": ours["wchar"] / content,
+                      "floor_write_bytes_vs_content": floor["write_bytes"] / content,
+                      "seconds_vs_floor_append": seconds / floor_s}}
+    log(f"  chat of {turns} turns: {out['ratios']}")
+    return out
+
+
+def rsync_turn(work: str, p: dict[str, Any]) -> dict[str, Any]:
+    """Bytes rsync sends to update a mirror after one turn of a long session: a store holding
+    that one session, grown turn by turn (one segment per message, as a chat writes them; fsync
+    off while it is built: the bytes do not depend on it)."""
+    import fsdurable
+
+    if shutil.which("rsync") is None:
+        raise RuntimeError("rsync is not installed: its figure cannot be measured")
+    from ._data import _text
+
+    store = fsdurable.Store(os.path.join(work, "rsync-store"),
+                            config=fsdurable.Config(fsync=False))
+    sid = store.create("rs").id
+    rng = random.Random(4)
+    for _ in range(p["rsync_messages"] // 2):
+        s = store.begin_turn(sid, _text(rng, 2000))
+        store.end_turn(s, _text(rng, 2000))
+    mirror = os.path.join(work, "mirror")
+
+    def sync() -> int:
+        got = subprocess.run(["rsync", "-a", "--no-whole-file", "--stats", store.root + "/",
+                              mirror + "/"], capture_output=True, text=True, check=True)
+        m = re.search(r"Total bytes sent: ([\d,.]+)", got.stdout)
+        if m is None:
+            raise RuntimeError(f"rsync --stats said no 'Total bytes sent': {got.stdout[:300]}")
+        return int(re.sub(r"[,.]", "", m.group(1)))
+
+    sync()
+    unchanged = sync()  # rsync's own floor: the file list of a store where nothing changed
+    rng = random.Random(5)
+    q, a = _text(rng, 2000), _text(rng, 2000)
+    s = store.begin_turn(sid, q)
+    store.end_turn(store.checkpoint(s, phase="model_reply"), a)
+    sent = sync()
+    content = len(q.encode()) + len(a.encode())
+    files = sum(len(fs) for _, _, fs in os.walk(store.root))
+    out = {"messages": p["rsync_messages"], "files_in_store": files,
+           "turn_content_bytes": content, "bytes_sent": sent, "ratio": sent / content,
+           "bytes_sent_nothing_changed": unchanged,
+           "ratio_above_file_list": (sent - unchanged) / content}
+    log(f"  rsync after one turn at {p['rsync_messages']} messages: {out}")
+    return out
+
+
+def throughput(store: Any, p: dict[str, Any]) -> list[dict[str, Any]]:
+    return [throughput_one(store, size, p) for size in p["tp_sizes"]]
+
+
+def throughput_one(store: Any, size: int, p: dict[str, Any]) -> dict[str, Any]:
     import attrs
     import orjson
 
+    import fsdurable
     from fsdurable import _codec
-    from fsdurable._model import Message, Session, Turn
 
     msgs = transcript(max(1, size // 670))
-    s = Session(id="tp", version=3, in_progress=True, messages=msgs,
-                turn=Turn(id="t", started_at=1.0, checkpoint_at=2.0))
-    data = _codec.encode_session(s)
-    cold = attrs.evolve(s, id="tp-cold")
-    d = orjson.loads(data)
-    text = data.decode()
-    box = {"s": s}
-    extra = Message("user", "one more")
+    sid = f"tp{size}"
+    store.create(sid)
+    store.patch(sid, lambda cur: attrs.evolve(cur, messages=msgs))
+    path = store.layout.session(sid)
+    with open(path, "rb") as f:
+        doc = f.read()
+    whole = orjson.dumps([_codec._conv().unstructure(m) for m in msgs])
 
-    def warm() -> None:
-        box["s"] = attrs.evolve(box["s"], messages=(*box["s"].messages, extra))
-        _codec.encode_session(box["s"])
+    def read_history() -> None:
+        s = fsdurable.Store(store.root).load(sid)
+        tuple(s.messages)
 
-    calls = {
-        "encode_cold": lambda: _codec.encode_session(cold),
-        "encode_one_new_message": warm,
-        "parse_session": lambda: _codec.parse_session(data),
-        "orjson_dumps": lambda: orjson.dumps(d),
-        "orjson_loads": lambda: orjson.loads(data),
-        "json_dumps": lambda: json.dumps(d),
-        "json_loads": lambda: json.loads(text),
-    }
-
-    def setup(name: str) -> None:
-        if name == "encode_cold":
-            _codec._message_cache.discard("tp-cold")
-
-    res = measure(calls, min_reps=3, max_reps=p["reps"], budget=p["budget"], setup=setup)
-    mbps = {k: len(data) / v["median"] / 1e6 for k, v in res.items()}
-    log(f"  throughput {len(data) >> 10} KB: " + ", ".join(f"{k} {v:.0f} MB/s"
-                                                           for k, v in mbps.items()))
-    return {"bytes": len(data), "messages": len(msgs), "results": res, "mb_per_s": mbps}
+    calls = {"parse_document": lambda: _codec.parse_session(doc, path=path),
+             "load_and_read_history": read_history,
+             "orjson_loads_whole": lambda: orjson.loads(whole)}
+    res = measure(calls, min_reps=3, max_reps=p["reps"], budget=p["budget"])
+    out = {"history_bytes": len(whole), "document_bytes": len(doc), "results": res,
+           "ratios": {"read_history_vs_orjson_loads": ratio(res["load_and_read_history"],
+                                                            res["orjson_loads_whole"])}}
+    log(f"  throughput {len(whole) >> 10} KB: {out['ratios']}")
+    return out
 
 
 def writes_per_turn(store: Any, p: dict[str, Any]) -> dict[str, Any]:
-    import time
-
-    import attrs
-
+    import fsdurable
     from fsdurable import AgentLoop, Reply, ScriptedModel, _fsio, tool
     from fsdurable._tools import call
 
@@ -147,13 +288,15 @@ def writes_per_turn(store: Any, p: dict[str, Any]) -> dict[str, Any]:
                                  call("lookup", f"c{i}b", q=f"b{i}")]) for i in range(12)]
     out: dict[str, Any] = {"model_steps": len(steps), "tool_calls": 2 * len(steps)}
     for label, debounce in (("debounce_2s", 2.0), ("no_debounce", 0.0)):
-        cfg = attrs.evolve(store.config, checkpoint_debounce=debounce)
-        loop = AgentLoop(store, ScriptedModel(steps, final="all done"), [lookup], cfg)
+        cfg = store.config.replace(checkpoint_debounce=debounce)
+        # the store's config too: the turn protocol debounces by the store's (_turns.py)
+        st = fsdurable.Store(store.root, config=cfg)
+        loop = AgentLoop(st, ScriptedModel(steps, final="all done"), [lookup], cfg)
         counts, rec = _counter(store.layout.sessions, store.layout.markers)
 
         times = []
         for t in range(p["turns"]):
-            sid = store.create(f"w-{label}-{t}").id
+            sid = st.create(f"w-{label}-{t}").id
             prev = _fsio.set_recorder(rec)
             try:
                 t0 = time.perf_counter()
@@ -195,25 +338,43 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
     work = os.path.join(cache_dir(quick), "growth")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    os.environ.setdefault("FSDURABLE_STATE_DIR", os.path.join(work, "state"))
     env = environment(work)
-    store = fsdurable.Store(os.path.join(work, "store"), node_id="bench-node")
+    # as a user's process opens a store: no FSDURABLE_* variables (state dir, node id)
+    store = fsdurable.Store(os.path.join(work, "store"))
     body: dict[str, Any] = {"params": p}
     body["checkpoint_growth"] = growth_points(store, work, p)
-    body["throughput"] = throughput(p)
-    try:
-        body["writes_per_turn"] = writes_per_turn(store, p)
-    except Exception as e:  # the reference loop is missing or broken: the rest still counts
-        body["writes_per_turn"] = {"skipped": f"AgentLoop unavailable: {e!r}"[:300]}
+    body["chat"] = chat(store, work, p)
+    body["rsync"] = rsync_turn(work, p)
+    body["throughput"] = throughput(store, p)
+    body["writes_per_turn"] = writes_per_turn(store, p)  # a failure fails the run
     g = body["checkpoint_growth"]
     first, last = g[0], g[-1]
-    body["summary"] = {
-        "checkpoint_cost_largest_vs_smallest": ratio(last["results"]["fsdurable"],
-                                                     first["results"]["fsdurable"]),
-        "floor_cost_largest_vs_smallest": ratio(last["results"]["floor"],
-                                                first["results"]["floor"]),
-        "largest_vs_floor": last["ratios"]["fsdurable_vs_floor"],
-        "largest_cold_vs_floor": last["ratios"]["fsdurable_cold_vs_floor"],
+
+    def grew(name: str) -> float:
+        return ratio(last["results"][name], first["results"][name])
+
+    n0, n1 = first["messages"], last["messages"]
+    c = body["chat"]
+    body["targets"] = {
+        f"checkpoint_{n1}_vs_{n0}": {"value": grew("checkpoint"), "target": "<= 1.3",
+                                     "met": grew("checkpoint") <= 1.3},
+        f"append_checkpoint_{n1}_vs_{n0}": {"value": grew("append_checkpoint"),
+                                            "target": "<= 1.3",
+                                            "met": grew("append_checkpoint") <= 1.3},
+        f"begin_turn_{n1}_vs_{n0}": {"value": grew("begin_turn"), "target": "<= 1.5",
+                                     "met": grew("begin_turn") <= 1.5},
+        f"patch_{n1}_vs_{n0}": {"value": grew("patch"), "target": "<= 1.5",
+                                "met": grew("patch") <= 1.5},
+        "chat_write_bytes_vs_content": {
+            "value": c["ratios"]["write_bytes_vs_content"], "target": "<= 3",
+            "met": c["ratios"]["write_bytes_vs_content"] <= 3,
+            "floor": c["ratios"]["floor_write_bytes_vs_content"]},
+        "rsync_bytes_per_turn_vs_content": {
+            "value": body["rsync"]["ratio"], "target": "<= 2", "met": body["rsync"]["ratio"] <= 2,
+            "above_file_list": body["rsync"]["ratio_above_file_list"]},
+        "small_checkpoint_vs_floor_rename": {
+            "value": first["ratios"]["checkpoint_vs_floor_rename"], "target": "<= 1.3",
+            "met": first["ratios"]["checkpoint_vs_floor_rename"] <= 1.3},
     }
     write_result(out_dir, "growth", env, body, quick=quick, cleanup=work)
     return body

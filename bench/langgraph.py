@@ -283,7 +283,6 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
     work = os.path.join(cache_dir(quick), "langgraph-work")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
-    os.environ.setdefault("FSDURABLE_STATE_DIR", os.path.join(work, "state"))
     env = environment(work)
     try:
         import langgraph.checkpoint.sqlite

@@ -121,7 +121,6 @@ def run(quick: bool, out: str) -> dict[str, Any]:
     rounds = 2 if quick else 10
     base = tempfile.mkdtemp(prefix="fsdurable-looplag-")
     try:
-        os.environ.setdefault("FSDURABLE_STATE_DIR", os.path.join(base, "state"))
         env = environment(base)
         store = _prepare(os.path.join(base, "store"))
         loops = _loop(store)

@@ -107,6 +107,16 @@ HEADLINES = [
      "checkpoint commit vs the floor (orjson encode + write, fsync, rename, dir fsync), 64 KB"),
     ("commit", "checkpoint_vs_floor_1024KB",
      "checkpoint commit vs the floor (orjson encode + write, fsync, rename, dir fsync), 1 MB"),
+    ("growth", "checkpoint_5000_vs_10", "checkpoint at 5,000 messages vs at 10"),
+    ("growth", "append_checkpoint_5000_vs_10",
+     "append one message + checkpoint at 5,000 messages vs at 10"),
+    ("growth", "begin_turn_5000_vs_10", "`begin_turn` at 5,000 messages vs at 10"),
+    ("growth", "patch_5000_vs_10", "`patch` at 5,000 messages vs at 10"),
+    ("growth", "chat_write_bytes_vs_content",
+     "bytes written to storage over a 1,000-turn chat vs its content"),
+    ("growth", "rsync_bytes_per_turn_vs_content",
+     "bytes rsync sends per turn at 1,000 messages vs the turn's content"),
+    ("growth", "small_checkpoint_vs_floor_rename", "small checkpoint vs the rename floor"),
     ("memory", "rss_largest_vs_smallest_n", "discovery peak RSS, largest N vs smallest N"),
     ("events", "session_query_large_vs_small",
      "`events(session_id)` beside 5,000 other sessions' history vs beside 10"),
@@ -218,36 +228,58 @@ def commit(d: dict[str, Any]) -> str:
     return out
 
 
+GROWTH_COLS = ("checkpoint", "append_checkpoint", "patch", "begin_turn", "floor_append",
+               "floor_rename")
+
+
 def growth(d: dict[str, Any]) -> str:
     rows = []
     for r in d["checkpoint_growth"]:
         res = r["results"]
-        rows.append([f"{r['messages']:,}", size(r["bytes"]), t3(res["fsdurable"]),
-                     t3(res["fsdurable_cold"]), t3(res["floor"]),
-                     x(r["ratios"]["fsdurable_vs_floor"]),
-                     x(r["ratios"]["fsdurable_cold_vs_floor"])])
-    out = table(["messages", "size", "fsdurable (append + checkpoint)", "cold encoder", "floor",
-                 "fsdurable / floor", "cold / floor"], rows)
-    s = d["summary"]
-    out += (f"\n\nFrom the smallest to the largest transcript a checkpoint costs "
-            f"{x(s['checkpoint_cost_largest_vs_smallest'])} more (the floor: "
-            f"{x(s['floor_cost_largest_vs_smallest'])}).\n\nSerialization throughput (MB of "
-            "session file per second, median):\n\n")
+        rows.append([f"{r['messages']:,}", size(r["document_bytes"]),
+                     *[t3(res[k]) for k in GROWTH_COLS]])
+    out = table(["messages", "document", *GROWTH_COLS], rows)
+    out += ("\n\nEach cell: median / p90 / p99 of one call, the contenders interleaved. "
+            "`checkpoint`: a phase boundary (no new message); `append_checkpoint`: one new "
+            "message and its commit; `patch`, `begin_turn`: read-modify-write commits that load "
+            "the session; `floor_append`: one append + fdatasync of the new message (an "
+            "append-only design); `floor_rename`: temp + fsync + rename + directory fsync of the "
+            "session document's bytes.")
+    c = d["chat"]
+    f, fl = c["fsdurable"], c["floor_append"]
+    out += (f"\n\nA {c['turns']:,}-turn chat ({size(c['content_bytes'])} of messages) through "
+            "the turn API, against the append-only floor with the same marker protocol:\n\n" +
+            table(["", "time", "write() bytes (wchar)", "bytes to storage (write_bytes)",
+                   "write_bytes / content"],
+                  [["fsdurable", fmt_time(f["seconds"]), size(f["wchar"]),
+                    size(f["write_bytes"]), x(f["write_bytes"] / c["content_bytes"])],
+                   ["append-only floor", fmt_time(fl["seconds"]), size(fl["wchar"]),
+                    size(fl["write_bytes"]), x(fl["write_bytes"] / c["content_bytes"])]]))
+    r = d["rsync"]
+    out += (f"\n\n`rsync -a --no-whole-file` after one turn of a {r['messages']:,}-message "
+            f"session ({r['files_in_store']:,} files in the store) sends "
+            f"{size(r['bytes_sent'])} for {size(r['turn_content_bytes'])} of new messages "
+            f"({x(r['ratio'])}); with nothing changed it sends "
+            f"{size(r['bytes_sent_nothing_changed'])} (its file list), so the turn itself costs "
+            f"{x(r['ratio_above_file_list'])} its content.")
     tp = d["throughput"]
-    keys = list(tp[0]["mb_per_s"])
-    out += table(["session", *keys], [[size(r["bytes"]), *[f"{r['mb_per_s'][k]:,.0f}"
-                                                           for k in keys]] for r in tp])
-    w = d.get("writes_per_turn", {})
-    if "skipped" in w:
-        out += f"\n\nWrites per turn: not measured ({w['skipped']})."
-    elif w:
-        cols = ["session_writes", "marker_writes", "marker_removals", "fsyncs"]
-        out += (f"\n\nWrites per bursty turn ({w['model_steps']} model steps, {w['tool_calls']} "
-                "quick tool calls, `AgentLoop`; fsyncs include the event log's):\n\n" +
-                table(["debounce", *cols, "turn time"],
-                      [[k, *[f"{w[k][c]:g}" for c in cols],
-                        fmt_time(w[k]["turn_seconds_median"])]
-                       for k in ("debounce_2s", "no_debounce")]))
+    out += ("\n\nReading a whole history (a fresh `Store`, `load`, `tuple(messages)`) against "
+            "`orjson.loads` of the same messages as one file:\n\n" +
+            table(["history", "document", "parse document", "load + read history",
+                   "orjson.loads", "ratio"],
+                  [[size(t["history_bytes"]), size(t["document_bytes"]),
+                    t3(t["results"]["parse_document"]),
+                    t3(t["results"]["load_and_read_history"]),
+                    t3(t["results"]["orjson_loads_whole"]),
+                    x(t["ratios"]["read_history_vs_orjson_loads"])] for t in tp]))
+    w = d["writes_per_turn"]
+    cols = ["session_writes", "marker_writes", "marker_removals", "fsyncs"]
+    out += (f"\n\nWrites per bursty turn ({w['model_steps']} model steps, {w['tool_calls']} "
+            "quick tool calls, `AgentLoop`; fsyncs include the event log's and the segments'):"
+            "\n\n" + table(["debounce", *cols, "turn time"],
+                            [[k, *[f"{w[k][c]:g}" for c in cols],
+                              fmt_time(w[k]["turn_seconds_median"])]
+                             for k in ("debounce_2s", "no_debounce")]))
     return out
 
 
@@ -306,11 +338,11 @@ def plots(data: dict[str, Any], out_dir: str) -> list[str]:
         d = data["growth"]
         fig, ax = plt.subplots(figsize=(7, 4.5))
         g = d["checkpoint_growth"]
-        for name in ("fsdurable", "fsdurable_cold", "floor"):
+        for name in GROWTH_COLS:
             ax.plot([r["messages"] for r in g], [r["results"][name]["median"] for r in g],
                     marker="o", label=name)
         ax.set(xscale="log", yscale="log", xlabel="messages in the transcript",
-               ylabel="seconds (median)", title="Append one message + checkpoint")
+               ylabel="seconds (median)", title="A commit as the session grows")
         ax.legend()
         ax.grid(True, which="both", alpha=0.3)
         made.append(_save(fig, out_dir, "growth.png"))
@@ -394,16 +426,20 @@ METHOD = """\
   the working directory is on `sys.path`) and with bytecode caching on.
 - **Commit** (`bench/commit.py`): `store.checkpoint(session)` of an in-progress session (commit
   lock, version check, encode, temp + fsync + rename + directory fsync; the marker is fresh so it
-  is not rewritten); `fsdurable_cold`: the same with the encoder's message cache emptied first
-  (the first checkpoint after a load). Two floors: `floor_encoded` (issue 13's floor: the same
+  is not rewritten; the session's history is in segments, so the document is what is written);
+  `fsdurable_cold`: the same by a store that has just loaded the session (the first checkpoint
+  after a load). Two floors: `floor_encoded` (issue 13's floor: the same
   document encoded with the fastest encoder available, `orjson.dumps` of the session's dict,
   then written to a temp file, fsynced, renamed, directory fsynced) and `floor` (the same bytes
   ready-made: no encoding). SQLite: WAL, `synchronous=FULL`, one blob row updated in its own
   transaction, ready-made bytes. SQLite rewrites only the pages that changed when a blob keeps
   its length, which is why it beats the floor when nothing but a timestamp changed.
-- **Growth** (`bench/growth.py`): append one message and checkpoint, transcripts of 10 to 10,000
-  messages; serialization throughput; writes per bursty `AgentLoop` turn with the 2 s debounce
-  and without.
+- **Growth** (`bench/growth.py`): checkpoint, append + checkpoint, `patch` and `begin_turn` at
+  10 to 5,000 messages against the append floor (append + fdatasync of the new message) and the
+  rename floor; a 1,000-turn chat's time and bytes written (`/proc/self/io`) against an
+  append-only design with the same marker protocol; the bytes rsync sends per turn; reading a
+  whole history; writes per bursty `AgentLoop` turn with the 2 s debounce and without. It runs
+  as a user's process does (no `FSDURABLE_*` variables); a part that cannot measure fails.
 - **Memory** (`bench/memory.py`): fresh processes, peak RSS and tracemalloc peak of discovery.
 - **Events** (`bench/events.py`): `store.events(session_id)` beside 10 and beside 5,000 other
   sessions' history (20 events each, one node, one day), interleaved in one process.

@@ -106,9 +106,10 @@ def child_env(state_dir: str, *, checkout: bool = True) -> dict[str, str]:
         env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     else:
         env.pop("PYTHONPATH", None)
-    env["FSDURABLE_STATE_DIR"] = state_dir
-    env["FSDURABLE_NODE"] = "bench-node"
-    env.pop("FSDURABLE_ROOT", None)
+    # as a user runs it: no FSDURABLE_* variable (a state dir or node id set would skip the
+    # platformdirs lookup a user's process pays); locks and the node id go to the user state dir
+    for k in [k for k in env if k.startswith("FSDURABLE_")]:
+        del env[k]
     env.pop("PYTHONPROFILEIMPORTTIME", None)
     # Bytecode as in any installed package: with PYTHONDONTWRITEBYTECODE set (some sandboxes and
     # CI images do), fsdurable's modules would be compiled from source at every start while the

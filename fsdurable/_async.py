@@ -26,9 +26,17 @@ from typing import Any
 from . import _events as ev
 from ._aio import run_sync
 from ._config import DEFAULT_CONFIG, Config
-from ._errors import LockTimeout
-from ._model import Event, Marker, Session
+from ._errors import HistoryUnavailable, LockTimeout
+from ._model import Event, Marker, Message, Session
 from ._store import Store
+
+
+def _with_history(load: Callable[[str], Session], session_id: str) -> Session:
+    """``load(session_id)`` with its history read (in the calling thread)."""
+    s = load(session_id)
+    with contextlib.suppress(HistoryUnavailable):
+        tuple(s.messages)  # the History keeps what it read
+    return s
 
 # The first pause between two tries of a held route lock, and the longest: short enough that a
 # released lock is taken within ~50 ms, long enough that a long wait costs ~20 tries a second.
@@ -84,7 +92,13 @@ class AsyncStore:
                               route_key=route_key, metadata=metadata)
 
     async def load(self, session_id: str) -> Session:
-        return await run_sync(self.store.load, session_id)
+        """The session, its history read too, in the worker thread: ``session.messages`` is
+        read from its segments on first use (docs/storage.md), which must not happen on the
+        event loop. A history that does not read (HistoryUnavailable) raises when used."""
+        return await run_sync(_with_history, self.store.load, session_id)
+
+    async def archive(self, session_id: str) -> tuple[Message, ...]:
+        return await run_sync(self.store.archive, session_id)
 
     async def exists(self, session_id: str) -> bool:
         return await run_sync(self.store.exists, session_id)

@@ -8,15 +8,18 @@ and live in ``_recordcodec`` (the startup path imports that, never this); they a
 
 from __future__ import annotations
 
+import collections.abc
 import math
-import operator
+import os
 from collections.abc import Callable
 from typing import Any
 
 import attrs
 
-from ._errors import InvalidState, UnreadableState
-from ._model import Message, Session
+from ._errors import InvalidSessionId, InvalidState, UnreadableState
+from ._history import DEFAULT_MAX_BYTES, Chain, History, HistoryRef, ref_from_dict
+from ._layout import HISTORY, SESSIONS, validate_session_id
+from ._model import Session
 from ._recordcodec import (
     CURRENT,
     EVENT_FORMAT,
@@ -80,6 +83,17 @@ def _session_2_to_3(d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
+@migration("session", 3)
+def _session_3_to_4(d: dict[str, Any]) -> dict[str, Any]:
+    """Session v3 held its messages inline; v4 keeps them in write-once segments (storage.md).
+    The messages stay inline in the migrated dict: parse_session reads them into memory and the
+    commit that writes the file in format 4 (the repair gate's migration, or any commit) writes
+    them as the first segment."""
+    d = dict(d)
+    d["format"] = "fsdurable.session/4"
+    return d
+
+
 # ---------------------------------------------------------------- session (cattrs + orjson)
 
 _converter: Any = None
@@ -135,6 +149,9 @@ def _conv() -> Any:
         return getattr(t, "__origin__", None) is tuple and len(args) == 2 and args[-1] is Ellipsis
 
     c.register_structure_hook_factory(is_homogeneous_tuple, seq_factory)
+    # Session.messages (a Sequence: a History when read from disk) is structured as a tuple
+    c.register_structure_hook_factory(
+        lambda t: getattr(t, "__origin__", None) is collections.abc.Sequence, seq_factory)
     _converter = c
     return c
 
@@ -155,37 +172,47 @@ def _check_finite(obj: Any, sid: str, where: str) -> None:
                                reason="not_json")
 
 
-def session_to_dict(s: Session) -> dict[str, Any]:
+def history_ref(s: Session) -> HistoryRef | None:
+    """The stored history ``s`` names (None: no messages); InvalidState if some of its messages
+    are not stored yet (only the commit function writes them: ``_commit``)."""
+    from ._history import History
+
+    msgs = s.messages
+    if isinstance(msgs, History) and not msgs.tail and msgs.chain is not None:
+        if msgs.chain.sid != s.id:
+            raise InvalidState(f"session {s.id} holds another session's history",
+                               session_id=s.id, reason="history_not_stored")
+        return msgs.chain.ref
+    if not msgs:
+        return None
+    raise InvalidState(f"session {s.id} has messages that are not stored yet: commit it",
+                       session_id=s.id, reason="history_not_stored")
+
+
+def session_to_dict(s: Session, ref: HistoryRef | bool | None = True) -> dict[str, Any]:
+    """The document's fields (format 4); ``ref``: the history it names (default: ``s``'s)."""
+    if ref is True:
+        ref = history_ref(s)
     d: dict[str, Any] = {"format": SESSION_FORMAT}
-    d.update(_conv().unstructure(s))
+    d.update(_conv().unstructure(attrs.evolve(s, messages=())))
+    del d["messages"]
+    summary, metadata = d.pop("summary"), d.pop("metadata")
+    d["history"] = ref.to_dict() if isinstance(ref, HistoryRef) else None
+    d["summary"], d["metadata"] = summary, metadata
     return d
 
 
-def encode_session(s: Session) -> bytes:
-    """The session file's bytes; the same bytes as ``orjson.dumps(session_to_dict(s))``.
-
-    The transcript is spliced in from ``_MessageCache`` so a checkpoint of a long session costs
-    the encoding of its new messages, not of all of them (bench/growth.py)."""
+def encode_session(s: Session, ref: HistoryRef | bool | None = True) -> bytes:
+    """The session document's bytes (format 4): every field but the messages, which live in
+    the segments ``ref`` names (default: the stored history ``s`` carries). Small whatever the
+    length of the conversation: a commit rewrites this, not the transcript."""
     import orjson
 
     _check_finite(s.metadata, s.id, "metadata")
     if s.turn is not None and s.turn.ledger:
         _check_finite([e.arguments for e in s.turn.ledger], s.id, "the ledger's arguments")
     try:
-        d: dict[str, Any] = {"format": SESSION_FORMAT}
-        if not s.messages:
-            d.update(_conv().unstructure(s))
-            return orjson.dumps(d, option=orjson.OPT_APPEND_NEWLINE)
-        # the fields before and after the transcript, encoded on their own and spliced around
-        # it: {"format":...,"turn":...,"messages":[...],"summary":...,"metadata":...}\n
-        d.update(_conv().unstructure(attrs.evolve(s, messages=())))
-        keys = list(d)
-        at = keys.index("messages")
-        head = orjson.dumps({k: d[k] for k in keys[:at]})
-        tail = orjson.dumps({k: d[k] for k in keys[at + 1:]})
-        opening = head[:-1] + b',"messages":'
-        closing = b"]" + (b"," + tail[1:] if len(tail) > 2 else b"}") + b"\n"
-        return _message_cache.encode(s.id, s.messages, opening, closing)
+        return orjson.dumps(session_to_dict(s, ref), option=orjson.OPT_APPEND_NEWLINE)
     except TypeError as e:  # orjson: not serialisable, over 64 bits, nested over 255 levels
         raise InvalidState(f"session {s.id} is not JSON-serialisable: {e}", session_id=s.id,
                            reason="not_json") from e
@@ -194,106 +221,30 @@ def encode_session(s: Session) -> bytes:
                            reason="too_deep") from e
 
 
-class _MessageCache:
-    """The encoded JSON of the transcripts last committed, per session id, bounded.
-
-    Messages are frozen, so a message that is the *same object* as one encoded before encodes to
-    the same bytes — unless it has tool calls, whose ``arguments`` are mutable dicts: for those
-    a deep copy of the arguments is kept and compared (``==``) on every reuse, and any change
-    means a fresh encoding. Reuse is decided by
-    identity (``is``) of the transcript's prefix, never by equality, and the cache holds the
-    message objects it remembers, so an id cannot be recycled under it. A transcript that was
-    appended to costs the encoding of its new messages (plus two copies of the bytes); anything
-    else is encoded afresh. At most ``MAX_SESSIONS`` transcripts and ``MAX_BYTES`` of encoded
-    messages are kept, oldest dropped first.
-    """
-
-    MAX_SESSIONS = 8
-    MAX_BYTES = 64 * 1024 * 1024
-
-    def __init__(self) -> None:
-        import threading
-
-        self._lock = threading.Lock()
-        # session id -> (messages, "[" + encoded messages joined by ",",
-        #                [(index, copy of its tool calls' arguments)] to re-check on reuse)
-        self._entries: dict[str, tuple[tuple[Message, ...], bytearray,
-                                       list[tuple[int, list[Any]]]]] = {}
-        self._bytes = 0
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._bytes = 0
-
-    def discard(self, sid: str) -> None:
-        """Forget one session's transcript (its next encoding starts from scratch)."""
-        with self._lock:
-            entry = self._entries.pop(sid, None)
-            if entry is not None:
-                self._bytes -= len(entry[1])
-
-    @staticmethod
-    def _arguments(m: Message) -> list[Any]:
-        return [c.arguments for c in m.tool_calls]
-
-    def encode(self, sid: str, msgs: tuple[Message, ...], opening: bytes = b"",
-               closing: bytes = b"]") -> bytes:
-        """``opening + orjson.dumps([unstructured message, ...])[:-1] + closing``, reusing the
-        encodings it has of ``msgs`` (one copy of the bytes, made while no other thread can
-        touch the cached buffer)."""
-        import copy
-
-        import orjson
-
-        with self._lock:  # taken out while in use: two threads never share an entry
-            entry = self._entries.pop(sid, None)
-            if entry is not None:
-                self._bytes -= len(entry[1])
-        start = 0
-        if entry is not None:
-            old, buf, checks = entry
-            k = len(old)
-            if (k <= len(msgs) and all(map(operator.is_, old, msgs[:k]))
-                    and all([c.arguments for c in msgs[i].tool_calls] == a for i, a in checks)):
-                start = k
-        if start == 0:
-            buf, checks = bytearray(b"["), []
-        unstructure = _conv().unstructure
-        for i in range(start, len(msgs)):
-            m = msgs[i]
-            if i:
-                buf += b","
-            if m.tool_calls:
-                _check_finite(self._arguments(m), sid, f"message {i}'s tool call arguments")
-            buf += orjson.dumps(unstructure(m))
-            if m.tool_calls:
-                checks.append((i, copy.deepcopy(self._arguments(m))))
-        out = b"".join((opening, buf, closing))
-        with self._lock:
-            if len(buf) <= self.MAX_BYTES:
-                raced = self._entries.pop(sid, None)  # another thread encoded it meanwhile
-                if raced is not None:
-                    self._bytes -= len(raced[1])
-                self._entries[sid] = (msgs, buf, checks)
-                self._bytes += len(buf)
-            while self._entries and (len(self._entries) > self.MAX_SESSIONS
-                                     or self._bytes > self.MAX_BYTES):
-                oldest = next(iter(self._entries))
-                self._bytes -= len(self._entries.pop(oldest)[1])
-        return out
-
-
-_message_cache = _MessageCache()
-
-
 _INT63 = 1 << 63  # counters stay below it: the next commit can always write version + 1
 
 
-def parse_session(data: bytes, *, path: str | None = None,
-                  session_id: str | None = None) -> tuple[Session, bool]:
-    """Parse a session file; returns (session, migrated?). ``session_id``: the id its file name
-    says (``wrong_id`` if the file holds another session)."""
+def _history_dir(path: str | None, sid: str) -> str | None:
+    """``ROOT/history/<id>`` for a document at ``ROOT/sessions/<id>.json`` (None elsewhere: a
+    quarantined copy, bytes without a file)."""
+    if path is None or os.path.basename(os.path.dirname(path)) != SESSIONS:
+        return None
+    try:
+        validate_session_id(sid)
+    except InvalidSessionId:
+        return None
+    return os.path.join(os.path.dirname(os.path.dirname(path)), HISTORY, sid)
+
+
+def parse_session(data: bytes, *, path: str | None = None, session_id: str | None = None,
+                  history_dir: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES
+                  ) -> tuple[Session, bool]:
+    """Parse a session document; returns (session, migrated?). ``session_id``: the id its file
+    name says (``wrong_id`` if the file holds another session). No history is read: the
+    session's ``messages`` is a ``History`` over the segments in ``history_dir`` (default: the
+    store's ``history/<id>`` beside ``path``), read when used, each read bounded by
+    ``max_bytes``. A file of format 3 or older holds its messages inline: they are parsed here
+    (``migrated`` is True) and stored as a segment by the commit that writes it again."""
     import orjson
 
     try:
@@ -310,6 +261,12 @@ def parse_session(data: bytes, *, path: str | None = None,
     d, migrated = upgrade(d, "session", path=path)
     if "version" not in d:  # a default of 0 would read as "absent" to the commit's CAS
         raise UnreadableState("missing field 'version'", path=path, reason="missing_field")
+    # format 3 and older: the messages inline (structured below); format 4: none inline (a
+    # hand edit's are ignored), the history named
+    inline = migrated and "messages" in d
+    ref = ref_from_dict(d.pop("history", None), path=path)
+    if not inline:
+        d.pop("messages", None)
     try:
         s = _conv().structure(d, Session)
     except (TypeError, ValueError, KeyError) as e:  # the hooks' and validators' findings
@@ -323,6 +280,9 @@ def parse_session(data: bytes, *, path: str | None = None,
         raise UnreadableState("session version or attempts out of range", path=path,
                               reason="wrong_value")
     check_id(s.id, session_id, path)
+    if ref is not None and not inline:
+        where = history_dir if history_dir is not None else _history_dir(path, s.id)
+        s = attrs.evolve(s, messages=History(Chain(s.id, where, ref, max_bytes)))
     return s, migrated
 
 
@@ -340,6 +300,7 @@ __all__ = [
     "encode_manifest",
     "encode_marker",
     "encode_session",
+    "history_ref",
     "loads_strict",
     "migration",
     "parse_event",

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from ._config import Config
     from ._filecache import FileCache
+    from ._history import Chain
     from ._layout import Layout
     from ._model import Session
 
@@ -63,6 +64,8 @@ def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
                   owner: str | None = None, base_commit_id: str | None = None) -> Session:
     """THE commit: every change to a session file goes through here, under its commit lock.
 
+    0. (after 1) the messages not stored yet, as one write-once segment of ``history/<id>/``
+       (``plan_history``, ``write_segment``), durable before the document names it;
     1. compare-and-swap on the commit's identity: the file on disk must be the commit
        ``new`` was derived from — version ``base`` (0 = absent) and commit id
        ``base_commit_id`` (default ``new.commit_id``) — else ConflictError: a file a sync
@@ -102,12 +105,14 @@ def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
     m: Marker | None = None
     if s.turn is not None:
         m, s = marker_due(ctx, sid, s, owner)
-    data = encode_session(s)
-    if len(data) > ctx.config.max_file_bytes:  # it could never be read back
-        raise InvalidState(
-            f"session {sid!r} would be {len(data)} bytes, over max_file_bytes "
-            f"({ctx.config.max_file_bytes}): compact it", session_id=sid,
-            reason="too_large")
+    chain, segment = plan_history(ctx, sid, s)
+    data = encode_session(s, chain.ref if chain is not None else None)
+    for size in (len(data), len(segment[1]) if segment is not None else 0):
+        if size > ctx.config.max_file_bytes:  # it could never be read back
+            raise InvalidState(
+                f"session {sid!r} would write a file of {size} bytes, over max_file_bytes "
+                f"({ctx.config.max_file_bytes}): compact it", session_id=sid,
+                reason="too_large")
     mdata = b""
     if m is not None:  # every marker a commit writes is one discovery reads: checked first
         mdata = encode_marker(m)
@@ -117,6 +122,12 @@ def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
                 f"the marker of session {sid!r} would be {len(mdata)} bytes, over the {cap} "
                 f"discovery reads (source {len(m.source)}, route_key {len(m.route_key)}, "
                 f"turn id {len(m.turn_id)} characters)", session_id=sid, reason="too_large")
+    if segment is not None:  # step 0: the new messages, durable before anything names them
+        write_segment(ctx, sid, *segment)
+    if chain is not None:
+        from ._history import History
+
+        s = evolve(s, messages=History(chain))
     mpath = ctx.layout.marker(sid)
     if m is not None:
         try:
@@ -145,6 +156,65 @@ def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
                 _fsio.unlink(mpath, durable=ctx.config.fsync)
         ctx.cache.forget_marker(sid)
     return s
+
+
+def plan_history(ctx: Context, sid: str, s: Session
+                 ) -> tuple[Chain | None, tuple[str, bytes] | None]:
+    """(the chain the new document names, (name, bytes) of the segment to write first or None).
+
+    A ``History`` of this session keeps its chain: its tail (the messages appended since it was
+    read) is the new segment. A plain sequence is compared with the chain of the document on
+    disk (the commit it was derived from): that chain a prefix of it, the rest is new; it a
+    suffix of that chain (a compaction keeping the last messages), ``start`` moves forward and
+    nothing is written; anything else is appended whole and ``start`` moves past what it
+    replaced (the old messages stay in the chain as archive: never lost silently)."""
+    import operator
+
+    from ._history import Chain, History, HistoryRef, encode_segment
+
+    msgs = s.messages
+    if isinstance(msgs, History) and (msgs.chain is None or msgs.chain.sid == sid):
+        base, tail = msgs.chain, msgs.tail
+    else:
+        ref, base = ctx.cache.chain(sid)
+        if base is None and ref is not None:  # no longer in memory: read it again
+            base = Chain(sid, ctx.layout.history_dir(sid), ref, ctx.config.max_file_bytes)
+        tail = tuple(msgs)
+        if base is not None:
+            stored = base.messages(base.ref.start)
+            k, n = len(stored), len(tail)
+            if n >= k and (all(map(operator.is_, stored, tail[:k])) or tail[:k] == stored):
+                tail = tail[k:]
+            elif n < k and stored[k - n:] == tail:
+                return base.derived(evolve(base.ref, start=base.ref.start + k - n)), None
+            else:
+                base = base.derived(evolve(base.ref, start=base.ref.count))
+    if not tail:
+        return base, None
+    first = base.ref.count if base is not None else 0
+    name, sha, data = encode_segment(sid, first, base.ref if base is not None else None,
+                                     (s.turn.node_id if s.turn is not None else None)
+                                     or ctx.node(), tail)
+    ref = HistoryRef(count=first + len(tail), head=name, sha256=sha,
+                     start=base.ref.start if base is not None else 0)
+    chain = (base.derived(ref, tail) if base is not None else
+             Chain.started(sid, ctx.layout.history_dir(sid), ref, tail,
+                           ctx.config.max_file_bytes))
+    return chain, (name, data)
+
+
+def write_segment(ctx: Context, sid: str, name: str, data: bytes) -> None:
+    """Write one segment durably (temp, fsync, rename, fsync of ``history/<id>/``, the directory
+    created durably the first time). Nothing names it yet: a failure here commits nothing."""
+    directory = ctx.layout.history_dir(sid)
+    durable = ctx.config.fsync
+    try:
+        if _fsio.lstat(directory) is None:
+            _fsio.makedirs(directory, durable=durable)
+        _fsio.write_atomic(os.path.join(directory, name), data, durable=durable)
+    except DurabilityUnknown as e:  # in place, not proven durable: nothing may name it yet
+        raise StorageError(f"session {sid!r} was not committed: {e.message}", path=e.path,
+                           session_id=sid, reason=e.reason, errno=e.errno) from e
 
 
 def marker_due(ctx: Context, sid: str, s: Session, owner: str | None
@@ -187,4 +257,4 @@ def marker_due(ctx: Context, sid: str, s: Session, owner: str | None
     return Marker.of(s, node), s
 
 
-__all__ = ["Context", "commit_locked", "evolve", "marker_due"]
+__all__ = ["Context", "commit_locked", "evolve", "marker_due", "plan_history", "write_segment"]

@@ -82,6 +82,12 @@ class Config(Record):
     # log is that node's to prune.
     event_retention: float = 90 * DAY
 
+    # Default 1 h: an unreferenced history segment (docs/storage.md) younger than this is never
+    # removed by `doctor --repair`: a commit of this node may have written it and be about to
+    # rename the document that names it (a removal then would leave that document short).
+    # Longer only keeps a crash's leftovers on disk a little longer.
+    segment_grace: float = HOUR
+
     # Tools refused in an unattended run (every recovered turn is unattended): a destructive call
     # resumed with nobody present cannot be undone. Hosts extend this with their own names.
     unattended_deny: frozenset[str] = frozenset(

@@ -84,7 +84,7 @@ _SESSION_SHAPE = (("id", _STR, True), ("version", (int,), True), ("commit_id", _
                   ("created_at", _NUM, False), ("updated_at", _NUM, False),
                   ("source", _STR, False), ("route_key", _STR, False),
                   ("in_progress", (bool,), False), ("turn", (dict, type(None)), False),
-                  ("messages", (list,), False), ("summary", _OPT_STR, False),
+                  ("history", (dict, type(None)), False), ("summary", _OPT_STR, False),
                   ("metadata", (dict,), False))
 _TURN_SHAPE = (("id", _STR, True), ("started_at", _NUM, False), ("checkpoint_at", _NUM, True),
                ("phase", _STR, False), ("resume_attempts", (int,), False),
@@ -123,8 +123,7 @@ def peek_turn(layout: Layout, sid: str, max_bytes: int) -> tuple[str, float, int
     turn = d.get("turn")
     if d.get("format") != SESSION_FORMAT or d.get("id") != sid or not _shaped(d, _SESSION_SHAPE) \
             or bool(d.get("in_progress", False)) != isinstance(turn, dict) \
-            or not 1 <= d["version"] < _INT63 \
-            or not all(isinstance(x, dict) for x in d.get("messages", ())):
+            or not 1 <= d["version"] < _INT63:
         raise NeedsCodec(f"{path}: not a session in {SESSION_FORMAT} as this node reads it")
     if not isinstance(turn, dict):
         return None

@@ -20,7 +20,13 @@ import attrs
 
 from . import _events as ev
 from . import _fsio, _repair
-from ._errors import FsDurableError, LockTimeout, StorageError, UnreadableState
+from ._errors import (
+    FsDurableError,
+    HistoryUnavailable,
+    LockTimeout,
+    StorageError,
+    UnreadableState,
+)
 from ._layout import NameKind, classify, own_id
 from ._model import Marker, Session
 from ._store import Store
@@ -282,6 +288,7 @@ class _Scan:
                 self.disagree("marker_mismatch", sid, path,
                               f"marker for turn {m.turn_id}, session is on turn {s.turn.id}",
                               "rewrite the marker")
+        self.history(parsed)
         for sid, s in parsed.items():
             if s is not None and s.in_progress and sid not in markers:
                 self.disagree("missing_marker", sid, sessions[sid],
@@ -295,6 +302,38 @@ class _Scan:
                      "`fsdurable quarantine restore NAME` after fixing it, or `--purge`",
                      severity=INFO, session_id=q.session_id)
         return self.findings
+
+    def history(self, parsed: dict[str, Session | None]) -> None:
+        """Each session's history reads whole (docs/storage.md); unreferenced segments."""
+        from ._segments import WOULD_REMOVE, history_sessions, repair_history
+
+        for sid, s in parsed.items():
+            if s is None:
+                continue
+            try:
+                tuple(s.messages)  # every segment of the chain read and verified
+            except HistoryUnavailable as e:
+                waiting = e.reason == "waiting_for_sync"
+                self.add("history_waiting" if waiting else "history_unreadable",
+                         e.path or self.store.layout.session(sid),
+                         f"{e.message} ({e.reason}); the document is left as it is",
+                         severity=INFO if waiting else PROBLEM, session_id=sid)
+                if self.repair and not waiting:  # never silently short: on the record
+                    self.store.emit(ev.HISTORY_UNREADABLE, session_id=sid, reason=e.reason,
+                                    path=e.path)
+        for sid in history_sessions(self.store):
+            acts = repair_history(self.store, sid, dry_run=True)
+            gone = [a for a in acts if a.action == WOULD_REMOVE]
+            if gone:
+                self.add("orphan_segments", self.store.layout.history_dir(sid),
+                         f"{len(gone)} history segment(s) no document refers to (a commit that "
+                         "died before its document, a rewritten history, a deleted session)",
+                         severity=INFO, session_id=sid,
+                         repair="remove them (segment_removed events)",
+                         fix=lambda sid=sid: repair_history(self.store, sid))
+            for a in acts:
+                if a.action == _repair.WAITING:
+                    self.declined(a, a.path)
 
     def repair_fix(self, sid: str) -> Any:
         return self.gate_fix(lambda: _repair.repair_marker(self.store, sid))

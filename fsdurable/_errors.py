@@ -77,6 +77,13 @@ class UnreadableState(FsDurableError, ValueError):
     """Not a valid fsdurable file (garbage, truncated, wrong type, unknown version, ...)."""
 
 
+class HistoryUnavailable(FsDurableError, LookupError):
+    """A session's history cannot be read (its document can): ``reason`` ``waiting_for_sync``
+    (a segment not on disk yet — a sync tool may deliver it; never corrupt), ``history_corrupt``
+    (a segment that does not match the digest naming it), ``history_short`` (the chain ends
+    before what the document names) or ``needs_newer``. The document is never moved for it."""
+
+
 class InvalidState(FsDurableError, ValueError):
     """A value cannot be stored (not JSON-serialisable, inconsistent turn state, ...)."""
 
@@ -140,6 +147,7 @@ __all__ = [
     "ConflictError",
     "DurabilityUnknown",
     "FsDurableError",
+    "HistoryUnavailable",
     "HostError",
     "InvalidRoot",
     "InvalidSessionId",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import _thread
 import re
 import time
+import weakref
 
 from . import _fsio
 from ._errors import UnreadableState
@@ -21,7 +22,9 @@ from ._errors import UnreadableState
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
 if TYPE_CHECKING:
     import os
+    from typing import Any
 
+    from ._history import Chain, HistoryRef
     from ._model import Session
     from ._records import Marker
 
@@ -49,13 +52,18 @@ class Seen:
     """What this process last read or wrote of one session file: its stat and its commit's
     identity (version and commit id)."""
 
-    __slots__ = ("commit_id", "key", "racy", "version")
+    __slots__ = ("chain", "commit_id", "key", "racy", "ref", "version")
 
     def __init__(self, st: os.stat_result, s: Session) -> None:
         self.key = key(st)
         self.version = s.version
         self.commit_id = s.commit_id
         self.racy = racy(st)
+        # the history chain the document names (weakly: what was read of it stays in memory
+        # only while a session of the caller holds it); None if it names none
+        c = getattr(s.messages, "chain", None)
+        self.chain: Any = None if c is None else weakref.ref(c)
+        self.ref: Any = None if c is None else c.ref
 
 
 def _prefix_matches(path: str, seen: Seen) -> bool:
@@ -100,6 +108,16 @@ class FileCache:
             return None
         seen.racy = racy(st)
         return seen.version, seen.commit_id
+
+    def chain(self, sid: str) -> tuple[HistoryRef | None, Chain | None]:
+        """The history the session document last seen names (the commit function checked it
+        is the one on disk): its ref (None: it names none) and its chain if still in memory."""
+        with self._mu:
+            seen = self._seen.get(sid)
+        if seen is None or seen.chain is None:
+            return None, None
+        c: Chain | None = seen.chain()
+        return seen.ref, c
 
     def saw_marker(self, sid: str, st: os.stat_result, m: Marker) -> None:
         with self._mu:

@@ -18,6 +18,7 @@ SESSIONS = "sessions"
 MARKERS = "markers"
 EVENTS = "events"
 QUARANTINE = "quarantine"
+HISTORY = "history"  # write-once segments of each session's transcript: history/<id>/ (storage.md)
 LANGGRAPH = "langgraph"  # fsdurable.langgraph: one directory of immutable records per thread
 ENTRIES = "entries"  # immutable entry files of the framework adapters: entries/<kind>/<id>.json
 
@@ -127,7 +128,8 @@ TEMP_SUFFIX = ".tmp"
 class Layout:
     """Absolute paths of one store."""
 
-    __slots__ = ("events", "langgraph", "manifest", "markers", "quarantine", "root", "sessions")
+    __slots__ = ("events", "history", "langgraph", "manifest", "markers", "quarantine", "root",
+                 "sessions")
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = os.path.abspath(os.fspath(root))
@@ -137,12 +139,17 @@ class Layout:
         self.events = os.path.join(self.root, EVENTS)
         self.quarantine = os.path.join(self.root, QUARANTINE)
         self.langgraph = os.path.join(self.root, LANGGRAPH)
+        self.history = os.path.join(self.root, HISTORY)
 
     def session(self, session_id: str) -> str:
         return os.path.join(self.sessions, session_id + ".json")
 
     def marker(self, session_id: str) -> str:
         return os.path.join(self.markers, session_id + ".json")
+
+    def history_dir(self, session_id: str) -> str:
+        """The directory of a session's history segments (created by its first segment)."""
+        return os.path.join(self.history, session_id)
 
     def lg_thread(self, session_id: str) -> str:
         """The directory of a LangGraph thread's append-only records (``fsdurable.langgraph``)."""

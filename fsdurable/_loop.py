@@ -31,6 +31,7 @@ from ._model import (
     Message,
     Session,
     ToolCall,
+    extended,
     in_doubt,
     turn_driver,
     unanswered_calls,
@@ -259,7 +260,7 @@ class AgentLoop:
         if s.summary:
             return (Message("system", f"Summary of the earlier conversation: {s.summary}"),
                     *s.messages)
-        return s.messages
+        return tuple(s.messages)
 
     def _before_model(self, run: _Run) -> None:
         run.t.check()
@@ -273,7 +274,7 @@ class AgentLoop:
             run.t.check()
             calls = unique_calls(run.session, reply.tool_calls)
             msg = Message("assistant", reply.content, calls)
-            run.session = attrs.evolve(run.session, messages=(*run.session.messages, msg))
+            run.session = attrs.evolve(run.session, messages=extended(run.session.messages, msg))
             if not calls:
                 return self._end(run)
             run.t.boundary("model_reply", run.mine)
@@ -341,8 +342,8 @@ class AgentLoop:
         with run.mu:
             run.t.check()
             s = run.session
-            run.session = attrs.evolve(s, messages=(*s.messages,
-                                                    Message("tool", text, tool_call_id=c.id)))
+            run.session = attrs.evolve(s, messages=extended(
+                s.messages, Message("tool", text, tool_call_id=c.id)))
             if decision is None:
                 run.t.defer(run.mine)
             else:

@@ -128,13 +128,26 @@ class Session:
     route_key: str = ""
     in_progress: bool = False
     turn: Turn | None = None
-    messages: tuple[Message, ...] = ()
+    # a tuple, or (a session read from disk) a ``History``: the same sequence, read from the
+    # session's write-once segments on first use (docs/storage.md). Add to it with
+    # ``extended(s.messages, ...)`` (or ``+ tuple``), which keeps what is stored.
+    messages: Sequence[Message] = ()
     summary: str | None = None
     metadata: dict[str, Any] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         if self.in_progress != (self.turn is not None):
             raise ValueError("a session has a turn if and only if it is in progress")
+
+
+def extended(msgs: Sequence[Message], *more: Message) -> Sequence[Message]:
+    """``msgs`` followed by ``more``. A session's stored ``History`` stays one (nothing is read
+    and the next commit writes only ``more``); a tuple stays a tuple."""
+    add = getattr(msgs, "extended", None)
+    if add is not None:
+        out: Sequence[Message] = add(more)
+        return out
+    return (*msgs, *more)
 
 
 def with_entry(s: Session, entry: LedgerEntry) -> Session:
@@ -163,10 +176,11 @@ def unique_calls(s: Session, calls: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
 
 def unanswered_calls(s: Session) -> tuple[ToolCall, ...]:
     """Tool calls of the last assistant message that have no tool result yet."""
-    for i in range(len(s.messages) - 1, -1, -1):
-        m = s.messages[i]
+    msgs, n = s.messages, len(s.messages)
+    for i in range(n - 1, -1, -1):  # by index from the end: a History reads only what it needs
+        m = msgs[i]
         if m.role == "assistant":
-            done = {x.tool_call_id for x in s.messages[i + 1:] if x.role == "tool"}
+            done = {msgs[j].tool_call_id for j in range(i + 1, n) if msgs[j].role == "tool"}
             return tuple(c for c in m.tool_calls if c.id not in done)
         if m.role == "user":
             return ()
@@ -221,5 +235,6 @@ def turn_driver(s: Session) -> str:
 
 __all__ = ["DRIVERS", "EFFECTS", "LEDGER_STATUSES", "REVIEW", "ROLES", "Effect", "Event",
            "LedgerEntry", "LedgerStatus", "Manifest", "Marker", "Message", "Session", "ToolCall",
-           "Turn", "closed_turn", "driver_of", "in_doubt", "review_record", "turn_driver",
+           "Turn", "closed_turn", "driver_of", "extended",
+           "in_doubt", "review_record", "turn_driver",
            "unanswered_calls", "unique_calls", "with_entry"]

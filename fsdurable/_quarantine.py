@@ -106,7 +106,9 @@ def restore(store: Store, name: str) -> Session:
             "session by `fsdurable doctor --repair`)", path=q.path, reason="not_restorable")
     sid = q.session_id
     data, st = _fsio.read_bounded(q.path, store.config.max_file_bytes)
-    s, _ = parse_session(data, path=q.path, session_id=sid)
+    s, _ = parse_session(data, path=q.path, session_id=sid,
+                         history_dir=store.layout.history_dir(sid),
+                         max_bytes=store.config.max_file_bytes)
     with store.commit_lock(sid):
         if store.exists(sid):
             raise ConflictError(

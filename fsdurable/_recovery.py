@@ -39,7 +39,7 @@ from ._gates import (
     verdict,
 )
 from ._layout import new_id
-from ._model import Marker, Message, Session, in_doubt, unanswered_calls
+from ._model import Marker, Message, Session, extended, in_doubt, unanswered_calls
 from ._store import Store
 
 SKIPPED = ev.SKIPPED  # disabled / foreign / route busy / error: listed, kept, not run
@@ -541,7 +541,7 @@ def _park(store: Store, s: Session, doubtful: list[Any], base: Outcome) -> Outco
                                 if c.id in doubt else "not run: the turn was interrupted",
                                 tool_call_id=c.id) for c in unanswered_calls(cur))
         return attrs.evolve(cur, in_progress=False, turn=None, metadata=meta,
-                            messages=cur.messages + answers)
+                            messages=extended(cur.messages, *answers))
 
     store.patch(s.id, park)
     store.emit(ev.REVIEW_REQUIRED, session_id=s.id, turn_id=tid, reason="in_doubt",

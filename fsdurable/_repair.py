@@ -46,7 +46,7 @@ from ._store import Store
 
 # what an act can be; "would_<x>" in a dry run for the first group
 ACTING = ("quarantined", "rebuilt_marker", "wrote_marker", "removed_orphan", "migrated",
-          "restored", "purged")
+          "restored", "purged", "removed_segment")
 WAITING = "waiting_for_sync"  # another node's file, or a file that arrived before its partner
 NEEDS_NEWER = "needs_newer"  # a newer fsdurable's format: left in place, never written
 NOTHING = "nothing"

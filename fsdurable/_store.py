@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
     from typing import Any
 
-    from ._model import Session
+    from ._model import Message, Session
     from ._watch import Change, StopEvent
 
 # Opening a store and listing its markers imports only the standard library (DESIGN.md "Layers",
@@ -234,13 +234,27 @@ class Store:
                                   path=self.layout.session(sid), reason="missing")
         return s
 
+    def archive(self, session_id: str) -> tuple[Message, ...]:
+        """The messages a compaction summary replaced (docs/storage.md): the first ``start``
+        messages of the session's history chain, kept until retention removes them. Reads the
+        history; HistoryUnavailable if a segment is missing or does not match."""
+        from ._history import History
+
+        s = self.load(session_id)
+        msgs = s.messages
+        if not isinstance(msgs, History) or msgs.chain is None or not msgs.chain.ref.start:
+            return ()
+        return msgs.chain.messages(0)[: msgs.chain.ref.start]
+
     def _read(self, sid: str) -> Session | None:
         from ._codec import parse_session
 
         path = self.layout.session(sid)
         try:
             data, st = _fsio.read_bounded(path, self.config.max_file_bytes)
-            s, migrated = parse_session(data, path=path, session_id=sid)
+            s, migrated = parse_session(data, path=path, session_id=sid,
+                                        history_dir=self.layout.history_dir(sid),
+                                        max_bytes=self.config.max_file_bytes)
         except FileNotFoundError:
             self._cache.forget(sid)
             return None
@@ -429,7 +443,7 @@ class Store:
         ``change(session)``: applied to the new in-progress session in the same commit (the turn
         protocol records the driver and the run's identity there). ``detail``: added to the
         ``turn_started`` event."""
-        from ._model import Message, Turn
+        from ._model import Message, Turn, extended
 
         tid = turn_id or new_id()
 
@@ -442,7 +456,7 @@ class Store:
                     "`fsdurable recover` (or the host's recover) settle it",
                     session_id=s.id, reason="in_progress")
             now = self.clock()
-            msgs = s.messages + ((Message(role, content),) if content is not None else ())
+            msgs = extended(s.messages, *((Message(role, content),) if content is not None else ()))
             new = evolve(s, in_progress=True, messages=msgs,
                          turn=Turn(id=tid, started_at=now, checkpoint_at=now,
                                    route_key=s.route_key if route_key is None else route_key))
@@ -463,13 +477,14 @@ class Store:
 
     def end_turn(self, session: Session, reply: str | None = None) -> Session:
         """Finish the turn: commit not in progress (marker removed after the session)."""
-        from ._model import Message
+        from ._model import Message, extended
 
         turn = session.turn
         if turn is None:
             raise TurnStateError(f"session {session.id!r} has no turn in progress",
                                  session_id=session.id, reason="not_in_progress")
-        msgs = session.messages + ((Message("assistant", reply),) if reply is not None else ())
+        msgs = extended(session.messages,
+                        *((Message("assistant", reply),) if reply is not None else ()))
         s = self.commit(evolve(session, in_progress=False, turn=None, messages=msgs),
                         session.version)
         self.emit(ev.TURN_COMPLETED, session_id=s.id, turn_id=turn.id)

@@ -109,7 +109,10 @@ def read_version(store: Store, path: str, session_id: str, kind: str = SESSION, 
             return attrs.evolve(base, version=m.session_version, updated_at=m.checkpoint_at,
                                 in_progress=True, turn_id=m.turn_id, node_id=m.node_id,
                                 marker=m)
-        s, _ = parse_session(data, path=path, session_id=session_id)
+        # its history is the store's history of that session, wherever the document lies
+        s, _ = parse_session(data, path=path, session_id=session_id,
+                             history_dir=store.layout.history_dir(session_id),
+                             max_bytes=store.config.max_file_bytes)
     except UnreadableState as e:
         return attrs.evolve(base, error=e.reason or "unreadable")
     return attrs.evolve(base, version=s.version, updated_at=s.updated_at,

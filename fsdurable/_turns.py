@@ -512,10 +512,10 @@ class TurnRun:
                     cur = self._ours(cur)
                     new = todo(cur) if todo is not None else cur
                     if reply is not None:
-                        from ._model import Message
+                        from ._model import Message, extended
 
-                        new = attrs.evolve(new, messages=(*new.messages,
-                                                          Message("assistant", reply)))
+                        new = attrs.evolve(new, messages=extended(new.messages,
+                                                                  Message("assistant", reply)))
                     return attrs.evolve(new, in_progress=False, turn=None)
 
                 s = self._patch(finish)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 from hypothesis import strategies as st
 
+from fsdurable._codec import encode_session
+from fsdurable._history import HistoryRef, encode_segment
 from fsdurable._model import (
     EFFECTS,
     LEDGER_STATUSES,
@@ -117,3 +120,31 @@ events = st.builds(
     detail=JSON_OBJECTS,
 )
 manifests = st.builds(Manifest, store_id=TEXT, created_at=TIMES)
+
+
+def segment_of(s: Session, first: int = 0) -> tuple[HistoryRef, bytes]:
+    """The segment holding ``s``'s messages as the first of its chain (not written) and the
+    history a document names it by."""
+    name, sha, data = encode_segment(s.id, first, None if first == 0 else PREV, "node-a",
+                                     tuple(s.messages))
+    return HistoryRef(count=first + len(s.messages), head=name, sha256=sha), data
+
+
+# a stand-in for the segment before one that does not start the chain
+PREV = HistoryRef(count=1, head="000000000000-0123456789abcdef.json",
+                  sha256="0123456789abcdef" * 4)
+
+
+def document(s: Session) -> bytes:
+    """The document bytes of ``s`` (format 4), its messages named as one segment (see
+    ``segment_of``; the segment is not written)."""
+    return encode_session(s, segment_of(s)[0] if s.messages else None)
+
+
+@st.composite
+def segments(draw: st.DrawFn) -> bytes:
+    """Any segment the store could write: one message or more, first or later in its chain."""
+    s = draw(sessions())
+    msgs = (*s.messages, draw(messages))
+    return segment_of(attrs.evolve(s, messages=msgs),
+                      draw(st.sampled_from([0, 1, 7, 2**40])))[1]

@@ -151,7 +151,8 @@ def test_schema_command_prints_the_shipped_schemas(capsys: pytest.CaptureFixture
     code, out, _ = run(capsys, "schema", "--json")
     shipped_kinds = sorted(p.name.removesuffix(".schema.json")
                            for p in (REPO / "schemas").glob("*.schema.json"))
-    assert code == 0 and out["schemas"][:4] == ["session", "marker", "event", "manifest"]
+    assert code == 0 and out["schemas"][:5] == ["session", "segment", "marker", "event",
+                                                "manifest"]
     assert sorted(out["schemas"]) == shipped_kinds  # every shipped schema can be printed
     for kind in out["schemas"]:
         code, doc, _ = run(capsys, "schema", kind, "--json")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from fsdurable._codec import (
     parse_session,
 )
 from fsdurable._errors import FsDurableError, InvalidState, UnreadableState
+from fsdurable._history import HistoryRef, encode_segment
 from fsdurable._model import (
     Event,
     LedgerEntry,
@@ -70,8 +73,40 @@ EVENT = Event(at=12.5, code="turn_started", session_id="s1", turn_id="t1", node_
 MANIFEST = Manifest(store_id="abc123", created_at=1.0)
 
 
+# the samples' history segments, in a store layout (ROOT/history/<id>/) that parse() reads
+_ROOT = Path(tempfile.mkdtemp(prefix="fsd-codec-"))
+atexit.register(shutil.rmtree, _ROOT, True)
+
+
+def encode(s: Session) -> bytes:
+    """The document of ``s``, its messages written beside it as one segment (what the commit
+    function's first step does)."""
+    ref = None
+    if s.messages:
+        name, sha, data = encode_segment(s.id, 0, None, "node-a", tuple(s.messages))
+        where = _ROOT / "history" / s.id
+        where.mkdir(parents=True, exist_ok=True)
+        (where / name).write_bytes(data)
+        ref = HistoryRef(count=len(s.messages), head=name, sha256=sha)
+    return encode_session(s, ref)
+
+
+def parse_doc(data: bytes) -> tuple[Session, bool]:
+    """parse_session of a document in the samples' store (its history read from there)."""
+    return parse_session(data, path=str(_ROOT / "sessions" / "any.json"))
+
+
 def session_dict() -> dict[str, Any]:
-    d: dict[str, Any] = orjson.loads(encode_session(SESSION))
+    d: dict[str, Any] = orjson.loads(encode(SESSION))
+    return d
+
+
+def v3_dict() -> dict[str, Any]:
+    """SESSION as format 3 wrote it: the messages inline."""
+    d = session_dict()
+    del d["history"]
+    d["format"] = "fsdurable.session/3"
+    d["messages"] = [_codec._conv().unstructure(m) for m in SESSION.messages]
     return d
 
 
@@ -98,7 +133,7 @@ def expect_unreadable(parse: Callable[..., Any], data: bytes, reason: str) -> Un
 
 
 def test_rich_samples_round_trip() -> None:
-    assert parse_session(encode_session(SESSION)) == (SESSION, False)
+    assert parse_doc(encode(SESSION)) == (SESSION, False)
     assert parse_marker(encode_marker(MARKER)) == MARKER
     assert parse_event(encode_event(EVENT)) == EVENT
     assert parse_manifest(encode_manifest(MANIFEST)) == MANIFEST
@@ -107,8 +142,8 @@ def test_rich_samples_round_trip() -> None:
 @SETTINGS
 @given(sessions())
 def test_session_round_trip(s: Session) -> None:
-    data = encode_session(s)
-    back, migrated = parse_session(data)
+    data = encode(s)
+    back, migrated = parse_doc(data)
     assert back == s and not migrated
     assert encode_session(back) == data  # canonical: a re-save changes nothing
 
@@ -137,7 +172,7 @@ def test_manifest_round_trip(m: Manifest) -> None:
 
 def test_floats_stay_floats_and_ints_stay_ints() -> None:
     s = attrs.evolve(SESSION, metadata={"i": 1, "f": 1.0, "neg0": -0.0, "big": 2**63 - 1})
-    back, _ = parse_session(encode_session(s))
+    back, _ = parse_doc(encode(s))
     assert type(back.metadata["i"]) is int and type(back.metadata["f"]) is float
     assert back.metadata["big"] == 2**63 - 1
     # a time written as an integer by another writer reads as a float
@@ -150,7 +185,7 @@ def test_floats_stay_floats_and_ints_stay_ints() -> None:
 def test_unserialisable_session_is_refused_on_encode() -> None:
     for bad in ({"x": object()}, {"x": 2**70}, {1: "int key"}):
         with pytest.raises(InvalidState) as info:
-            encode_session(attrs.evolve(SESSION, metadata=bad))
+            encode(attrs.evolve(SESSION, metadata=bad))
         assert info.value.reason == "not_json"
     with pytest.raises(InvalidState):
         encode_event(EVENT.replace(detail={"x": float("inf")}))
@@ -227,25 +262,21 @@ SESSION_MUTATIONS = [
     ("turn.ledger.0.outcome_at", True, "wrong_type"),
     ("turn.ledger.0.result", 3, "wrong_type"),
     ("turn.ledger.1.status", ..., "wrong_type"),
-    ("messages", {}, "wrong_type"),  # messages as an object
-    ("messages", {"0": {"role": "user"}}, "wrong_type"),
-    ("messages", "send it", "wrong_type"),  # a string where a list is
-    ("messages", None, "wrong_type"),
-    ("messages.0", "send it", "wrong_type"),
-    ("messages.0.role", "wizard", "wrong_type"),
-    ("messages.0.role", 1, "wrong_type"),
-    ("messages.0.content", None, "wrong_type"),
-    ("messages.0.content", ["send", "it"], "wrong_type"),
-    ("messages.1.tool_calls", {}, "wrong_type"),
-    ("messages.1.tool_calls.0.arguments", [], "wrong_type"),
-    ("messages.1.tool_calls.0.arguments", '{"to": 1}', "wrong_type"),
-    ("messages.1.tool_calls.0.name", ..., "wrong_type"),
-    ("messages.2.tool_call_id", 5, "wrong_type"),
+    ("history", {}, "wrong_value"),
+    ("history", [], "wrong_type"),
+    ("history", "000000000000-0000000000000000.json", "wrong_type"),
+    ("history.count", 0, "wrong_value"),
+    ("history.count", "3", "wrong_value"),
+    ("history.start", -1, "wrong_value"),
+    ("history.head", "../x.json", "wrong_value"),
+    ("history.sha256", "0" * 63, "wrong_value"),
+    # (a start past the chain, a head whose name is not its digest: judged when the history is
+    # read, test_history.py)
     ("summary", 3, "wrong_type"),
     ("metadata", [], "wrong_type"),
     ("metadata", None, "wrong_type"),
     ("metadata", "x", "wrong_type"),
-    ("format", "fsdurable.session/4", "unknown_version"),
+    ("format", "fsdurable.session/5", "unknown_version"),
     ("format", "fsdurable.session/99", "unknown_version"),
     ("format", "fsdurable.session/0", "unknown_version"),  # older than any migration
     ("format", "fsdurable.marker/1", "wrong_kind"),
@@ -267,7 +298,35 @@ def test_session_wrong_shapes_are_refused(path: str, value: Any, reason: str) ->
     expect_unreadable(parse_session, dumps(d), reason)
 
 
-GOOD = encode_session(SESSION)
+# format 3 held the messages inline: the same converter reads them (and a segment's)
+MESSAGE_MUTATIONS = [
+    ("messages", {}, "wrong_type"),  # messages as an object
+    ("messages", {"0": {"role": "user"}}, "wrong_type"),
+    ("messages", "send it", "wrong_type"),  # a string where a list is
+    ("messages", None, "wrong_type"),
+    ("messages.0", "send it", "wrong_type"),
+    ("messages.0.role", "wizard", "wrong_type"),
+    ("messages.0.role", 1, "wrong_type"),
+    ("messages.0.content", None, "wrong_type"),
+    ("messages.0.content", ["send", "it"], "wrong_type"),
+    ("messages.1.tool_calls", {}, "wrong_type"),
+    ("messages.1.tool_calls.0.arguments", [], "wrong_type"),
+    ("messages.1.tool_calls.0.arguments", '{"to": 1}', "wrong_type"),
+    ("messages.1.tool_calls.0.name", ..., "wrong_type"),
+    ("messages.2.tool_call_id", 5, "wrong_type"),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "reason"), MESSAGE_MUTATIONS,
+                         ids=[f"{p}={v!r}" for p, v, _ in MESSAGE_MUTATIONS])
+def test_inline_messages_of_format_3_of_a_wrong_shape_are_refused(path: str, value: Any,
+                                                                   reason: str) -> None:
+    d = v3_dict()
+    _set(path, value)(d)
+    expect_unreadable(parse_session, dumps(d), reason)
+
+
+GOOD = orjson.dumps(v3_dict()) + b"\n"
 SESSION_BYTES = [
     ("bom", b"\xef\xbb\xbf" + GOOD),
     ("invalid_utf8", GOOD.replace(b'"send it"', b'"send \xff it"')),
@@ -298,9 +357,12 @@ def test_unknown_keys_are_ignored_everywhere() -> None:
     d["added_by_a_newer_writer"] = {"x": [1]}
     d["turn"]["future"] = 1
     d["turn"]["ledger"][0]["future"] = None
+    d["history"]["future"] = 2
+    assert parse_doc(dumps(d)) == (SESSION, False)
+    d = v3_dict()
     d["messages"][1]["future"] = "x"
     d["messages"][1]["tool_calls"][0]["future"] = []
-    assert parse_session(dumps(d)) == (SESSION, False)
+    assert parse_session(dumps(d)) == (SESSION, True)
     for parse, enc, obj in ((parse_marker, encode_marker, MARKER),
                             (parse_event, encode_event, EVENT),
                             (parse_manifest, encode_manifest, MANIFEST)):
@@ -438,7 +500,7 @@ def test_event_detail_may_not_hold_non_finite_numbers() -> None:
 # JSON types each session field accepts; a value of any other JSON type must be refused.
 SESSION_FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "id": (str,), "version": (int,), "created_at": (int, float), "updated_at": (int, float),
-    "source": (str,), "route_key": (str,), "in_progress": (bool,), "messages": (list,),
+    "source": (str,), "route_key": (str,), "in_progress": (bool,), "history": (dict, type(None)),
     "summary": (str, type(None)), "metadata": (dict,),
 }
 
@@ -465,10 +527,11 @@ def test_any_value_of_a_wrong_type_is_refused_never_coerced(field: str, value: A
 
 FIELD_NAMES = sorted({
     "id", "version", "created_at", "updated_at", "source", "route_key", "in_progress", "turn",
-    "messages", "summary", "metadata", "session_id", "turn_id", "session_version", "node_id",
-    "started_at", "checkpoint_at", "resume_attempts", "at", "code", "reason", "detail",
+    "messages", "history", "summary", "metadata", "session_id", "turn_id", "session_version",
+    "node_id", "started_at", "checkpoint_at", "resume_attempts", "at", "code", "reason", "detail",
     "store_id", "created", "updated", "commit_id"})
 TAGS = ["fsdurable.session/1", "fsdurable.session/2", "fsdurable.session/3",
+        "fsdurable.session/4", "fsdurable.segment/1",
         "fsdurable.marker/1", "fsdurable.event/1",
         "fsdurable/1"]
 NEAR_FILES = st.fixed_dictionaries(
@@ -560,10 +623,13 @@ def test_v1_session_loads_through_the_store_and_is_rewritten(root: Path) -> None
     assert s.messages == EXPECTED_V1_MESSAGES
     assert s.metadata["tags"] == ["travel", "work"]
     raw = json.loads(path.read_bytes())
-    assert raw["format"] == "fsdurable.session/3"
-    assert "created" not in raw and "updated" not in raw
-    assert all("text" not in m and "content" in m for m in raw["messages"])
-    assert parse_session(path.read_bytes()) == (s, False)
+    assert raw["format"] == "fsdurable.session/4"
+    assert "created" not in raw and "updated" not in raw and "messages" not in raw
+    # the messages went to the first segment, written before the document
+    [seg] = (root / "history" / V1_ID).iterdir()
+    assert seg.name == raw["history"]["head"] and raw["history"]["count"] == 6
+    assert all("text" not in m and "content" in m for m in json.loads(seg.read_bytes())["messages"])
+    assert parse_session(path.read_bytes(), path=str(path)) == (s, False)
     assert os.stat(path).st_mode & 0o777 == 0o600
     assert not (root / "markers" / f"{V1_ID}.json").exists()
     migrated = [e for e in store.events(V1_ID) if e.code == "session_migrated"]
@@ -638,7 +704,7 @@ def test_v2_in_progress_session_loads_and_keeps_its_owner_node_and_route(root: P
     assert s.version == 5 and len(s.commit_id) == 16
     assert s.turn is not None and s.turn.node_id == "node-b" and s.turn.route_key == "chat:42"
     raw = json.loads((root / "sessions" / f"{V2_ID}.json").read_bytes())
-    assert raw["format"] == "fsdurable.session/3" and raw["commit_id"] == s.commit_id
+    assert raw["format"] == "fsdurable.session/4" and raw["commit_id"] == s.commit_id
     assert raw["turn"]["node_id"] == "node-b" and raw["turn"]["route_key"] == "chat:42"
     [m] = store.interrupted()
     assert m.node_id == "node-b" and m.route_key == "chat:42"  # never moved to this node
@@ -687,7 +753,7 @@ def test_a_broken_v1_file_is_quarantined_not_half_migrated(root: Path) -> None:
     assert [e.code for e in store.events(V1_ID)] == ["session_quarantined"]
 
 
-@pytest.mark.parametrize("fmt", ["fsdurable.session/4", "fsdurable.marker/1"])
+@pytest.mark.parametrize("fmt", ["fsdurable.session/5", "fsdurable.marker/1"])
 def test_store_quarantines_unknown_version_and_wrong_kind(root: Path, fmt: str) -> None:
     store = _fixed_store(root)
     d = session_dict()
@@ -695,9 +761,9 @@ def test_store_quarantines_unknown_version_and_wrong_kind(root: Path, fmt: str) 
     (root / "sessions" / "s9.json").write_bytes(dumps(d))
     with pytest.raises(UnreadableState) as info:
         store.load("s9")
-    assert info.value.reason == ("unknown_version" if "/4" in fmt else "wrong_kind")
+    assert info.value.reason == ("unknown_version" if "/5" in fmt else "wrong_kind")
     act = _repair.repair_session(store, "s9")
-    if "/4" in fmt:  # a newer fsdurable's file: never moved, reported
+    if "/5" in fmt:  # a newer fsdurable's file: never moved, reported
         assert act.action == "needs_newer" and store.events("s9") == []
         return
     [ev] = store.events("s9")

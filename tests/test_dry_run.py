@@ -48,7 +48,7 @@ MALFORMED = {
     "negative_attempts": lambda d: d["turn"].update(resume_attempts=-1),
     "huge_attempts": lambda d: d["turn"].update(resume_attempts=2**64),
     "created_at_text": lambda d: d.update(created_at="yesterday"),
-    "messages_text": lambda d: d.update(messages="x"),
+    "history_text": lambda d: d.update(history="x"),
     "checkpoint_bool": lambda d: d["turn"].update(checkpoint_at=True),
     "turn_without_flag": lambda d: d.update(in_progress=False),
 }

@@ -3,6 +3,7 @@ writes validates; the schemas accept what the codec accepts."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -21,15 +22,26 @@ from jsonschema import Draft202012Validator
 
 import fsdurable
 from fsdurable import _codec, _fsio, _repair
-from fsdurable._errors import UnreadableState
+from fsdurable._errors import HistoryUnavailable, UnreadableState
+from fsdurable._history import parse_segment
 from fsdurable._model import Event, LedgerEntry, Manifest, Marker, Message, Session, ToolCall
+from fsdurable._recordcodec import SEGMENT_FORMAT
 
-from .codec_strategies import events, json_values, manifests, markers, sessions
+from .codec_strategies import (
+    document,
+    events,
+    json_values,
+    manifests,
+    markers,
+    segments,
+    sessions,
+)
 from .conftest import DATA
 
 SETTINGS = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
-KINDS = ("session", "marker", "event", "manifest")
-FORMATS = {"session": _codec.SESSION_FORMAT, "marker": _codec.MARKER_FORMAT,
+KINDS = ("session", "segment", "marker", "event", "manifest")
+FORMATS = {"session": _codec.SESSION_FORMAT, "segment": SEGMENT_FORMAT,
+           "marker": _codec.MARKER_FORMAT,
            "event": _codec.EVENT_FORMAT, "manifest": _codec.MANIFEST_FORMAT}
 ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
@@ -68,7 +80,8 @@ def test_schema_is_valid_draft_2020_12_and_pins_the_current_format(kind: str) ->
 def test_only_the_current_session_format_validates() -> None:
     good = json.loads(_codec.encode_session(Session(id="s", version=1)))
     assert VALIDATORS["session"].is_valid(good)
-    for fmt in ("fsdurable.session/1", "fsdurable.session/2", "fsdurable.session/4",
+    for fmt in ("fsdurable.session/1", "fsdurable.session/2", "fsdurable.session/3",
+                "fsdurable.session/5",
                 "fsdurable.marker/1"):
         assert not VALIDATORS["session"].is_valid({**good, "format": fmt})
 
@@ -78,7 +91,7 @@ def test_v1_fixture_is_not_current_but_its_migration_is() -> None:
     assert not VALIDATORS["session"].is_valid(json.loads(raw))
     s, migrated = _codec.parse_session(raw)
     assert migrated
-    assert_valid("session", _codec.encode_session(s))
+    assert_valid("session", document(s))
 
 
 def test_v2_fixture_is_not_current_but_its_migration_is() -> None:
@@ -86,7 +99,7 @@ def test_v2_fixture_is_not_current_but_its_migration_is() -> None:
     assert not VALIDATORS["session"].is_valid(json.loads(raw))
     s, migrated = _codec.parse_session(raw)
     assert migrated
-    assert_valid("session", _codec.encode_session(s))
+    assert_valid("session", document(s))
 
 
 # ---------------------------------------------------------------- encoder output validates
@@ -95,7 +108,13 @@ def test_v2_fixture_is_not_current_but_its_migration_is() -> None:
 @settings(SETTINGS, max_examples=50)
 @given(sessions())
 def test_every_encoded_session_validates(s: Session) -> None:
-    assert_valid("session", _codec.encode_session(s))
+    assert_valid("session", document(s))
+
+
+@settings(SETTINGS, max_examples=50)
+@given(segments())
+def test_every_encoded_segment_validates(data: bytes) -> None:
+    assert_valid("segment", data)
 
 
 @SETTINGS
@@ -125,8 +144,21 @@ REPLACEMENTS = json_values(st.floats(min_value=-1e15, max_value=1e15).map(
     lambda f: f + 0.25 if f.is_integer() else f))
 
 
+def _segment(data: bytes) -> Any:
+    """parse_segment as a reader that reached it through its chain reads it (the digest and the
+    session id are the ones that named it)."""
+    sid = json.loads(data).get("session_id")
+    if not isinstance(sid, str):
+        raise UnreadableState("no session id", reason="wrong_type")
+    try:
+        parse_segment(data, path="x", sid=sid, sha=hashlib.sha256(data).hexdigest())
+    except HistoryUnavailable as e:
+        raise UnreadableState(e.message, reason=e.reason) from e
+    return type("Seg", (), {"session_id": sid})()
+
+
 def _codec_accepts(kind: str, data: bytes) -> bool:
-    parse: Callable[[bytes], Any] = {
+    parse: Callable[[bytes], Any] = {"segment": _segment,
         "session": lambda b: _codec.parse_session(b)[0], "marker": _codec.parse_marker,
         "event": _codec.parse_event, "manifest": _codec.parse_manifest}[kind]
     try:
@@ -135,7 +167,7 @@ def _codec_accepts(kind: str, data: bytes) -> bool:
         return False
     if kind == "session":
         return ID_RE.fullmatch(obj.id) is not None  # the store's id rule
-    if kind == "marker":
+    if kind in ("marker", "segment"):
         return ID_RE.fullmatch(obj.session_id) is not None
     return True
 
@@ -162,9 +194,10 @@ def _probe(d: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, An
 
 
 FILE_STRATEGIES: dict[str, Any] = {
-    "session": sessions(), "marker": markers, "event": events, "manifest": manifests}
+    "session": sessions(), "segment": segments(), "marker": markers, "event": events,
+    "manifest": manifests}
 ENCODERS: dict[str, Callable[[Any], bytes]] = {
-    "session": _codec.encode_session, "marker": _codec.encode_marker,
+    "session": document, "segment": lambda b: b, "marker": _codec.encode_marker,
     "event": _codec.encode_event, "manifest": _codec.encode_manifest}
 
 
@@ -238,6 +271,8 @@ def kind_of(root: Path, path: str) -> str | None:
         return "manifest"
     if len(parts) == 2 and parts[0] in ("sessions", "markers") and parts[1].endswith(".json"):
         return parts[0][:-1]
+    if len(parts) == 3 and parts[0] == "history" and parts[2].endswith(".json"):
+        return "segment"  # history/<session id>/<first>-<digest>.json
     if len(parts) == 4 and parts[0] == "events" and parts[3].endswith(".jsonl"):
         return "event"  # events/<node>/<session id or @store>/<day>.jsonl
     raise AssertionError(f"the store wrote a file no schema covers: {rel}")
@@ -319,6 +354,7 @@ def test_every_file_the_store_writes_validates(root: Path) -> None:
         counts[kind] += 1
     assert counts["manifest"] == 1
     assert counts["session"] == 22 and counts["marker"] >= 6 and counts["event"] >= 15, counts
+    assert counts["segment"] >= 9, counts
 
     # 2. the store directory as it is now
     found = dict.fromkeys(KINDS, 0)
@@ -327,6 +363,10 @@ def test_every_file_the_store_writes_validates(root: Path) -> None:
         for p in sorted((root / sub).iterdir()):
             assert_valid(sub[:-1], p.read_bytes(), where=str(p))
             found[sub[:-1]] += 1
+    for p in sorted((root / "history").glob("*/*.json")):
+        assert_valid("segment", p.read_bytes(), where=str(p))
+        found["segment"] += 1
+    assert found["segment"] >= 9
     codes = set()
     for p in sorted((root / "events").glob("*/*/*.jsonl")):
         for line in p.read_bytes().splitlines():
@@ -397,6 +437,7 @@ def test_every_file_the_demo_processes_write_validates(tmp_path: Path) -> None:
                 assert_valid(kind, base64.b64decode(r["data"]), where=r["path"])
                 counts[kind] += 1
     assert counts["session"] >= 10 and counts["marker"] >= 3 and counts["event"] >= 10, counts
+    assert counts["segment"] >= 3, counts
     for sub in ("sessions", "markers"):
         for f in (root / sub).iterdir():
             assert_valid(sub[:-1], f.read_bytes(), where=str(f))

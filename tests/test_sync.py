@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from fsdurable import InvalidState, SessionNotFound, Store, TurnStateError, UnreadableState
 from fsdurable import _events as ev
 from fsdurable._codec import encode_marker, encode_session
+from fsdurable._commit import plan_history
 from fsdurable._layout import NameKind, classify
 from fsdurable._model import Marker, Message, Session, Turn
 from fsdurable._sync import (
@@ -80,11 +81,20 @@ def test_own_temp_and_foreign_names(sid: str) -> None:
 # ---------------------------------------------------------------------- helpers
 
 
+def far_document(store: Store, s: Session) -> bytes:
+    """Another node's document of ``s``; its new messages arrive too, as that node's segment."""
+    chain, segment = plan_history(store._ctx, s.id, s)
+    if segment is not None:
+        with open(os.path.join(store.layout.history_dir(s.id), segment[0]), "wb") as f:
+            f.write(segment[1])
+    return encode_session(s, chain.ref if chain is not None else None)
+
+
 def write_copy(store: Store, s: Session, name: str, kind: str = "session") -> str:
     """What a sync tool does: put another machine's version beside ours under a copy name."""
     d = store.layout.sessions if kind == "session" else store.layout.markers
     path = os.path.join(d, name.format(id=s.id))
-    data = encode_session(s) if kind == "session" else encode_marker(Marker.of(s, "node-far"))
+    data = far_document(store, s) if kind == "session" else encode_marker(Marker.of(s, "node-far"))
     with open(path, "wb") as f:
         f.write(data)
     return path
@@ -194,7 +204,7 @@ def test_resolve_path_keeps_the_named_version_even_an_older_one(store: Store,
     assert biconditional_violations(store) == []
     # a file outside the store can be kept; it is read, never moved
     outside = tmp_path / "restored.json"
-    outside.write_bytes(encode_session(far))
+    outside.write_bytes(far_document(store, far))
     r = resolve(store, "s1", keep=str(outside))
     assert outside.exists() and store.load("s1").messages == far.messages
 
@@ -307,7 +317,7 @@ def test_take_over_refuses_a_turn_that_moved_on(root: Path) -> None:
 
 ALLOWED = re.compile(r"fsdurable\.json|sessions/[A-Za-z0-9_-]+\.json|markers/[A-Za-z0-9_-]+\.json"
                      r"|events/[A-Za-z0-9_-]+/(?:[A-Za-z0-9_-]+|@store)/\d{4}-\d\d-\d\d\.jsonl"
-                     r"|quarantine/.+")
+                     r"|history/[A-Za-z0-9_-]+/\d{12}-[0-9a-f]{16}\.json|quarantine/.+")
 
 
 def test_nothing_machine_local_is_written_inside_the_store(root: Path,

@@ -264,3 +264,17 @@ def test_the_page_escapes_what_it_shows() -> None:
 def test_golden_files_are_checked_in() -> None:
     assert sorted(p.name for p in GOLDEN.glob("*.txt")) == [
         "ascii-100.txt", "colour-100.txt", "plain-100.txt", "plain-60.txt"]
+
+
+def test_the_start_drawn_is_the_turn_started_event() -> None:
+    """The marker is written a few ms before turn_started is logged: the row began at the
+    marker's time and drew a running stretch before its own start glyph."""
+    live = Marker(session_id="s", turn_id="t", session_version=2, node_id="n1",
+                  route_key="session:s", source="api", started_at=T0 - 0.005,
+                  checkpoint_at=T0 - 0.005)
+    story = build([Event(T0, ev.TURN_STARTED, "s", "t", "n1")], now=T0 + 60,
+                  markers={"s": live}, verdicts={"s": "resume"})
+    [t] = story["turns"]
+    assert t["start"] == T0
+    row = render(story, width=80, tz=UTC).splitlines()[2]
+    assert row.split()[1].startswith("▶"), row

@@ -8,6 +8,10 @@ from typing import Any
 
 from . import Progress, Result, command, iso, non_negative, not_found, open_store, table
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 
 @command("init")
 def _init(args: argparse.Namespace) -> Result:
@@ -77,12 +81,19 @@ def _load_named(st: Any, name: str) -> Any:
 
 @command("show", args=_sid_args)
 def _show(args: argparse.Namespace) -> Result:
-    from .._codec import session_to_dict
+    from .._codec import _conv, session_to_dict
+    from .._errors import HistoryUnavailable
     from .._review import parked
 
     st = open_store(args)
     s = _load_named(st, args.session_id)
     d = session_to_dict(s)
+    last: tuple[Any, ...] = ()
+    try:  # the transcript is read from the session's segments (docs/storage.md)
+        d["messages"] = [_conv().unstructure(m) for m in s.messages]
+        last = tuple(s.messages[-20:])
+    except HistoryUnavailable as e:  # the document still shows: its turn, its metadata
+        d["messages"], d["history_error"] = None, e.reason
     if isinstance(d.get("turn"), dict):  # one vocabulary: turn_id, as everywhere else
         d["turn"] = {"turn_id": d["turn"].pop("id"), **d["turn"]}
     d = {"session_id": d.pop("id"), **d,
@@ -106,7 +117,9 @@ def _show(args: argparse.Namespace) -> Result:
     if d["review_required"]:
         lines.append(f"PARKED FOR REVIEW: {len(d['review_required'])} call(s) may or may not "
                      f"have run (fsdurable review {s.id})")
-    for m in s.messages[-20:]:
+    if "history_error" in d:
+        lines.append(f"history unreadable: {d['history_error']} (fsdurable doctor)")
+    for m in last:
         text = m.content if len(m.content) <= 100 else m.content[:97] + "..."
         calls = "".join(f" [{c.name}]" for c in m.tool_calls)
         lines.append(f"  {m.role:>9}: {text}{calls}")
@@ -283,8 +296,8 @@ def _doctor(args: argparse.Namespace) -> Result:
 
 
 # the store's own formats, then the framework adapters' (fsdurable.langgraph, .pydantic_ai, .claude)
-KINDS = ("session", "marker", "event", "manifest", "lghead", "lgrecord", "pydantic_ai_entry",
-         "claude_batch")
+KINDS = ("session", "segment", "marker", "event", "manifest", "lghead", "lgrecord",
+         "pydantic_ai_entry", "claude_batch")
 
 
 def schema_text(kind: str) -> str:

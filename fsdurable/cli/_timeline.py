@@ -161,7 +161,11 @@ def _turn(sid: str, tid: str, evs: list[Any], now: float, marker: Any, verdict: 
         marks.append({"at": c, "kind": "checkpoint", "code": "checkpoint", "reason": None,
                       "text": "checkpoint (committed)", "node_id": None, "detail": {}})
     marks.sort(key=lambda m: m["at"])
-    start = min([m["at"] for m in marks] + begun) if marks or begun else now
+    started = [m["at"] for m in marks if m["kind"] == "start"]
+    # the turn_started event is the start drawn; the marker's own start time (a few ms before
+    # it) only stands in when the log has no such event
+    start = started[0] if started else min([m["at"] for m in marks] + begun) if marks or begun \
+        else now
     if live and end is None:
         status, reason = "interrupted", verdict
     if live and end is None and now > max([m["at"] for m in marks] + [start]):

@@ -230,9 +230,12 @@ def check(root: str, ack_files: list[str]) -> dict[str, Any]:
     """The verdict on the store at ``root`` (see the module docstring)."""
     c = _Check(root)
     acks = [a for f in ack_files for a in read_acks(f)]
-    if not os.path.exists(root) and not any(a["k"] == "store" for a in acks):
-        c.stats["store_not_created_yet"] += 1  # cut while the first workload created it
-        return {"violations": [], "stats": dict(c.stats), "quarantined": []}
+    if not any(a["k"] == "store" for a in acks):  # no workload has opened it yet
+        try:
+            fsdurable.Store(root, create=False)
+        except fsdurable.SessionNotFound:  # cut while the first one created it: no promise
+            c.stats["store_not_created_yet"] += 1
+            return {"violations": [], "stats": dict(c.stats), "quarantined": []}
     c.files_parse()
     store = c.guard("Store(root)", lambda: fsdurable.Store(root, create=False))
     if store is not None:

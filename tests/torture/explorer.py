@@ -25,11 +25,17 @@ from typing import Any
 
 import attrs
 
-from fsdurable import _fsio, _repair
+from fsdurable import _commit, _fsio, _repair
 from fsdurable._codec import encode_marker, encode_session, parse_marker, parse_session
 from fsdurable._commit import marker_due
 from fsdurable._config import Config
-from fsdurable._errors import ConflictError, SessionNotFound, StorageError, UnreadableState
+from fsdurable._errors import (
+    ConflictError,
+    HistoryUnavailable,
+    SessionNotFound,
+    StorageError,
+    UnreadableState,
+)
 from fsdurable._layout import NameKind, classify
 from fsdurable._model import LedgerEntry, Marker, Session
 from fsdurable._store import Store
@@ -54,6 +60,8 @@ class Ack:
     sid: str
     session: Session | None  # None: deleted
     start: int = 0  # number of ops done when it was called
+    # the session's messages as acknowledged (read from its segments when it returned)
+    messages: tuple[Any, ...] = ()
 
 
 @attrs.define
@@ -69,6 +77,8 @@ class Recording:
     snap: Snapshot
     # file contents another node committed (put in place by a "sync tool" in the workload)
     foreign: set[bytes] = attrs.Factory(set)
+    # the messages of every commit made, by commit id
+    messages: dict[str, tuple[Any, ...]] = attrs.Factory(dict)
     # broken promises the workload saw itself (a lost update is consistent on disk)
     violations: list[str] = attrs.Factory(list)
 
@@ -81,14 +91,20 @@ class RecordingStore(Store):
 
     commit_impl: CommitImpl | None = None
     rec_log: Any = None
+    late_segments: list[tuple[Any, ...]] = []
 
     def _commit_locked(self, new: Session, base: int, **kw: Any) -> Session:
         impl = type(self).commit_impl
         s = (impl(self, new, base, **kw) if impl is not None
              else super()._commit_locked(new, base, **kw))
         rec: Recording = type(self).rec_log
+        late = type(self).late_segments
+        while late:  # the segment_after_document mutant: its segments written only now
+            _write_segment_now(*late.pop(0))
         rec.results[(s.id, s.version)] = encode_session(s)
-        rec.acks.append(Ack(len(rec.ops), s.id, s))
+        msgs = _quiet_messages(s)
+        rec.messages[s.commit_id] = msgs
+        rec.acks.append(Ack(len(rec.ops), s.id, s, messages=msgs))
         rec.commits += 1
         return s
 
@@ -101,6 +117,28 @@ class RecordingStore(Store):
 
 
 # ---------------------------------------------------------------------- broken protocols
+
+_write_segment_now = _commit.write_segment
+
+
+def _quiet_messages(s: Session) -> tuple[Any, ...]:
+    """The acknowledged messages, read without recording (the recorder sees only the store's
+    own operations)."""
+    prev = _fsio.set_recorder(None)
+    try:
+        return tuple(s.messages)
+    finally:
+        _fsio.set_recorder(prev)
+
+
+def _write_history(store: Store, s: Session) -> Session:
+    """The commit function's step 0 (the messages not stored yet, as one segment)."""
+    from fsdurable._history import History
+
+    chain, segment = _commit.plan_history(store._ctx, s.id, s)
+    if segment is not None:
+        _commit.write_segment(store._ctx, s.id, *segment)
+    return attrs.evolve(s, messages=History(chain)) if chain is not None else s
 
 
 def _write_marker(store: Store, s: Session, m: Marker | None) -> None:
@@ -139,6 +177,7 @@ def _commit_in_order(order: tuple[str, ...], *, by_number_only: bool = False) ->
         m: Marker | None = None
         if s.turn is not None:
             m, s = marker_due(store._ctx, s.id, s, owner)
+        s = _write_history(store, s)
         for name in order:
             steps[name](store, s, m)
         return s
@@ -196,6 +235,22 @@ def mutant(name: str) -> Iterator[CommitImpl | None]:
         with _patched(_repair, "_remove_orphan",
                       lambda store, sid, path, jm, dry_run: _repair.Act(_repair.NOTHING, path)):
             yield None
+    elif name == "segment_after_document":  # the history written after the file naming it
+        def later(ctx: Any, sid: str, seg_name: str, data: bytes) -> None:
+            RecordingStore.late_segments.append((ctx, sid, seg_name, data))
+
+        with _patched(_commit, "write_segment", later):
+            yield None
+        RecordingStore.late_segments.clear()
+    elif name == "segment_not_durable":  # the segment's fsyncs skipped
+        def unsynced(ctx: Any, sid: str, seg_name: str, data: bytes) -> None:
+            directory = ctx.layout.history_dir(sid)
+            if _fsio.lstat(directory) is None:
+                _fsio.makedirs(directory)
+            _fsio.write_atomic(os.path.join(directory, seg_name), data, durable=False)
+
+        with _patched(_commit, "write_segment", unsynced):
+            yield None
     elif name == "repair_ignores_node":  # the repair gate treats every node's file as its own
         with _patched(_repair, "foreign", lambda store, node: False):
             yield None
@@ -207,7 +262,8 @@ def mutant(name: str) -> Iterator[CommitImpl | None]:
 # repair gate that ignores node ownership (issue 9: it would remove another node's marker)
 MUTANTS = ("no_file_fsync", "no_dir_fsync", "session_before_marker",
            "marker_removed_before_session", "delete_marker_first", "orphan_never_repaired",
-           "cas_by_number_only", "repair_ignores_node")
+           "cas_by_number_only", "repair_ignores_node", "segment_after_document",
+           "segment_not_durable")
 
 
 # ---------------------------------------------------------------------- the workload
@@ -292,6 +348,21 @@ def _workload(store: Store, rec: Recording, clock: Clock,
         store.begin_turn("s4", "doomed")
     if _repair.repair_marker(store, "s4").action == "removed_orphan":  # (a mutant may not)
         rec.kinds.add("repair")
+    # a segment the disk refuses (the commit's first step): nothing is committed, no marker
+    inject.append(lambda op, args: op == "create" and os.sep + "history" + os.sep in args[0])
+    with suppress(StorageError):
+        store.begin_turn("s0", "refused")
+    inject.clear()  # (a mutant that writes no segment there never met it)
+    if store.load("s0").in_progress:  # the mutant's turn went through: end it
+        store.cancel("s0")
+    rec.kinds.add("segment_refused")
+    # a compaction keeping the last message (the chain's start moves, nothing rewritten), then
+    # a history rewritten (appended whole, the old one kept in the chain as archive)
+    store.patch("s0", lambda cur: attrs.evolve(cur, summary="earlier",
+                                               messages=tuple(cur.messages)[-1:]))
+    store.patch("s0", lambda cur: attrs.evolve(cur, messages=tuple(
+        attrs.evolve(m, content="rewritten") for m in cur.messages)))
+    rec.kinds.add("compaction")
     _sync_replace(store, rec)
     # leave one turn in progress (recovery has something to do) and delete two sessions, one
     # idle and one in progress
@@ -359,6 +430,11 @@ def _parse_all(root: str, where: str) -> tuple[dict[str, Session], dict[str, Mar
             sessions[sid] = parse_session(_read(path), path=path)[0]
         except (UnreadableState, OSError) as e:
             bad.append(f"{where}: unreadable file under a final name: sessions/{sid}.json ({e})")
+            continue
+        try:  # a document on disk names segments that are on disk, whole
+            tuple(sessions[sid].messages)
+        except HistoryUnavailable as e:
+            bad.append(f"{where}: the history of sessions/{sid}.json does not read: {e}")
     for sid, path in _own_files(root, "markers").items():
         try:
             markers[sid] = parse_marker(_read(path), path=path)
@@ -419,8 +495,18 @@ def _check_acked(rec: Recording, acked: dict[str, Ack], sessions: dict[str, Sess
             want = rec.results.get((sid, cur.version))
             if (want is None or raw.get(sid) != want) and raw.get(sid) not in rec.foreign:
                 out.append(f"{where}: session {sid} v{cur.version} is not a committed state")
-        elif cur.messages[: len(a.session.messages)] != a.session.messages:
-            out.append(f"{where}: session {sid} lost acknowledged messages")
+        else:
+            # the messages of the commit on disk if the workload made it (one in flight may
+            # have become durable: a compaction or a rewrite replaces messages), else (startup
+            # committed on top) those acknowledged
+            want = rec.messages.get(cur.commit_id, a.messages)
+            try:
+                lost = tuple(cur.messages[: len(want)]) != want
+            except HistoryUnavailable as e:
+                out.append(f"{where}: session {sid}'s history does not read: {e}")
+                continue
+            if lost:
+                out.append(f"{where}: session {sid} lost acknowledged messages")
     if not after_startup:
         for sid, cur in sessions.items():
             if (sid not in acked and rec.results.get((sid, cur.version)) != raw.get(sid)

@@ -29,12 +29,9 @@ T = 1_800_000_000.0  # a fixed instant; the check's clock is set near it
 
 def _session(sid: str, **over: Any) -> dict[str, Any]:
     d: dict[str, Any] = {
-        "format": "fsdurable.session/3", "id": sid, "version": 3, "commit_id": "c0ffee",
+        "format": "fsdurable.session/4", "id": sid, "version": 3, "commit_id": "c0ffee",
         "created_at": T, "updated_at": T, "source": "api", "route_key": f"session:{sid}",
-        "in_progress": False,
-        "turn": None, "messages": [{"role": "user", "content": "hi", "tool_calls": [],
-                                    "tool_call_id": None}],
-        "summary": None, "metadata": {},
+        "in_progress": False, "turn": None, "history": None, "summary": None, "metadata": {},
     }
     d.update(over)
     return d
@@ -71,20 +68,22 @@ def entries() -> list[tuple[str, str, str, bytes]]:
     return [
         ("sessions/h_truncated.json", "truncated JSON", q, _j(_session("h_truncated"))[:57]),
         ("sessions/h_nul.json", "NUL bytes inside", q,
-         _j(_session("h_nul")).replace(b'"hi"', b'"h\x00i"').replace(b"\x00", b"\x00\x00")),
+         _j(_session("h_nul")).replace(b'"api"', b'"a\x00pi"').replace(b"\x00", b"\x00\x00")),
         ("sessions/h_nulfill.json", "a file of NUL bytes (a torn page)", q, b"\0" * 4096),
         ("sessions/h_bom.json", "UTF-8 byte order mark", q,
          b"\xef\xbb\xbf" + _j(_session("h_bom"))),
         ("sessions/h_utf8.json", "invalid UTF-8", q,
-         _j(_session("h_utf8")).replace(b'"hi"', b'"\xff\xfe\xc3"')),
+         _j(_session("h_utf8")).replace(b'"api"', b'"\xff\xfe\xc3"')),
         ("sessions/h_utf16.json", "UTF-16 encoded JSON", q,
          json.dumps(_session("h_utf16")).encode("utf-16")),
         ("sessions/h_wrongtype.json", "version is a string", q,
          _j(_session("h_wrongtype", version="3"))),
         ("sessions/h_booltype.json", "a bool where an int belongs", q,
          _j(_session("h_booltype", version=True))),
-        ("sessions/h_msgtype.json", "messages is an object", q,
-         _j(_session("h_msgtype", messages={"role": "user"}))),
+        ("sessions/h_msgtype.json", "a format-3 session whose messages is an object", q,
+         _j(_session("h_msgtype", format="fsdurable.session/3", messages={"role": "user"}))),
+        ("sessions/h_histtype.json", "history is a list", q,
+         _j(_session("h_histtype", history=[]))),
         ("sessions/h_dupkeys.json", "duplicate keys", q,
          good.replace(b'"id": "h_x"', b'"id": "h_dupkeys", "id": "other"')),
         ("sessions/h_deep.json", "100000 levels of nesting", q, _deep(100_000)),

@@ -229,11 +229,14 @@ def check_live(store: Any, seen: dict[str, Any] | None = None) -> list[str]:
                     seen[sid] = key
             try:
                 with open(lay.session(sid), "rb") as f:
-                    s, _ = parse_session(f.read())
+                    s, _ = parse_session(f.read(), history_dir=lay.history_dir(sid))
+                # every document on disk names segments that are on disk, whole (storage.md)
+                if len(tuple(s.messages)) != len(s.messages):
+                    out.append(f"session {sid}: its history reads short")
             except FileNotFoundError:
                 pass
             except Exception as e:
-                out.append(f"session {sid} does not parse: {e}")
+                out.append(f"session {sid} does not parse or its history does not read: {e}")
             try:
                 with open(lay.marker(sid), "rb") as f:
                     m = parse_marker(f.read())

@@ -1,0 +1,335 @@
+"""A session's history in write-once segments (docs/storage.md).
+
+The transcript of a session in format ``fsdurable.session/4`` lives in ``history/<id>/``, one
+segment file per commit that added messages: ``<first>-<digest>.json``, never rewritten. Each
+segment names and proves (SHA-256) the one before it, so the session document only names the
+newest (``HistoryRef``). ``History`` is the lazy, immutable sequence of messages a loaded session
+carries: its length comes from the document, its items from the segments on first use, newest
+first, each one verified.
+"""
+
+from __future__ import annotations
+
+import _thread
+import hashlib
+import os
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
+
+import attrs
+
+from . import _fsio
+from ._errors import HistoryUnavailable, InvalidState, UnreadableState
+from ._model import Message
+from ._recordcodec import SEGMENT_FORMAT, upgrade
+
+# <first>-<first 16 hex of the file's SHA-256>.json: lowercase, digits, case-insensitive safe
+NAME_RE = re.compile(r"([0-9]{12})-([0-9a-f]{16})\.json")
+_SHA_RE = re.compile(r"[0-9a-f]{64}")
+_INT63 = 1 << 63
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+
+
+@attrs.frozen
+class HistoryRef:
+    """What a session document says of its history: ``count`` messages in the chain whose newest
+    segment is ``head`` (SHA-256 ``sha256``); the session's messages are ``start .. count - 1``
+    (a compaction summary replaces the ``start`` before them)."""
+
+    count: int
+    head: str
+    sha256: str
+    start: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"count": self.count, "start": self.start, "head": self.head,
+                "sha256": self.sha256}
+
+
+def segment_name(first: int, sha: str) -> str:
+    return f"{first:012d}-{sha[:16]}.json"
+
+
+def ref_from_dict(d: object, *, path: str | None) -> HistoryRef | None:
+    """The document's ``history`` (None: no messages); UnreadableState if out of shape."""
+    if d is None:
+        return None
+    if not isinstance(d, dict):
+        raise UnreadableState("history must be an object or null", path=path,
+                              reason="wrong_type")
+    count, start, head, sha = d.get("count"), d.get("start", 0), d.get("head"), d.get("sha256")
+    # each field's type and range (what the schema says); how they relate — start within the
+    # chain, the head's name carrying its digest — is judged when the history is read
+    # (HistoryUnavailable), never by a read of the document alone
+    if (not isinstance(count, int) or isinstance(count, bool) or not 0 < count < _INT63
+            or not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < _INT63
+            or not isinstance(head, str) or NAME_RE.fullmatch(head) is None
+            or not isinstance(sha, str) or _SHA_RE.fullmatch(sha) is None):
+        raise UnreadableState(f"history out of shape: {d!r}"[:300], path=path,
+                              reason="wrong_value")
+    return HistoryRef(count=count, head=head, sha256=sha, start=start)
+
+
+def encode_segment(sid: str, first: int, prev: HistoryRef | None, node: str,
+                   messages: Sequence[Message]) -> tuple[str, str, bytes]:
+    """(name, SHA-256, bytes) of the segment holding ``messages`` as indexes ``first`` .. of
+    session ``sid``'s chain, after ``prev``."""
+    import orjson
+
+    from ._codec import _check_finite, _conv
+
+    unstructure = _conv().unstructure
+    for i, m in enumerate(messages):
+        if m.tool_calls:
+            _check_finite([c.arguments for c in m.tool_calls], sid,
+                          f"message {first + i}'s tool call arguments")
+    body = {"format": SEGMENT_FORMAT, "session_id": sid, "first": first, "node_id": node,
+            "prev": prev.head if prev is not None else None,
+            "prev_sha256": prev.sha256 if prev is not None else None,
+            "messages": [unstructure(m) for m in messages]}
+    try:
+        data = orjson.dumps(body, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError as e:
+        raise InvalidState(f"session {sid}'s messages are not JSON-serialisable: {e}",
+                           session_id=sid, reason="not_json") from e
+    sha = hashlib.sha256(data).hexdigest()
+    return segment_name(first, sha), sha, data
+
+
+def parse_segment(data: bytes, *, path: str, sid: str, sha: str
+                  ) -> tuple[int, str | None, str | None, tuple[Message, ...]]:
+    """(first, prev name, prev SHA-256, messages) of a segment that must hash to ``sha``."""
+    import orjson
+
+    from ._codec import _conv
+
+    if hashlib.sha256(data).hexdigest() != sha:
+        raise HistoryUnavailable(f"{path}: its bytes do not match the digest that names it",
+                                 path=path, session_id=sid, reason="history_corrupt")
+    try:
+        d = orjson.loads(data)
+        if not isinstance(d, dict):
+            raise ValueError("not a JSON object")
+        d, _ = upgrade(d, "segment", path=path)
+        first, prev, prev_sha, msgs = d["first"], d["prev"], d["prev_sha256"], d["messages"]
+        if (d.get("session_id") != sid or not isinstance(d.get("node_id"), (str, type(None)))
+                or not isinstance(first, int) or isinstance(first, bool)
+                or not 0 <= first < _INT63 or not isinstance(msgs, list) or not msgs
+                or (prev is None) != (prev_sha is None) or (prev is None) != (first == 0)
+                or (prev is not None and not (isinstance(prev, str) and NAME_RE.fullmatch(prev)
+                                               and isinstance(prev_sha, str)
+                                               and _SHA_RE.fullmatch(prev_sha)))):
+            raise ValueError("fields out of shape")
+        conv = _conv()
+        out = tuple(conv.structure(x, Message) for x in msgs)
+    except UnreadableState as e:
+        if e.reason == "unknown_version":
+            raise HistoryUnavailable(f"{path}: {e.message}", path=path, session_id=sid,
+                                     reason="needs_newer") from e
+        raise HistoryUnavailable(f"{path}: {e.message}", path=path, session_id=sid,
+                                 reason="history_corrupt") from e
+    except (ValueError, TypeError, KeyError) as e:  # orjson's JSONDecodeError is a ValueError
+        raise HistoryUnavailable(f"{path}: not a segment of session {sid}: {e!r}"[:400],
+                                 path=path, session_id=sid, reason="history_corrupt") from e
+    return first, prev, prev_sha, out
+
+
+class Chain:
+    """The stored segments of one chain, read lazily from the newest backwards, shared by every
+    ``History`` derived from it. Thread-safe."""
+
+    __slots__ = ("__weakref__", "_firsts", "_low", "_mu", "_names", "_next", "_segs", "dir",
+                 "max_bytes", "ref", "sid")
+
+    def __init__(self, sid: str, directory: str | None, ref: HistoryRef,
+                 max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.sid, self.dir, self.ref, self.max_bytes = sid, directory, ref, max_bytes
+        self._mu = _thread.allocate_lock()
+        self._segs: list[tuple[Message, ...]] = []  # newest first
+        self._firsts: list[int] = []  # the first index of each
+        self._names: list[str] = []  # the file name of each
+        self._low = ref.count  # the lowest index read so far
+        self._next: tuple[str, str] | None = (ref.head, ref.sha256)
+
+    def derived(self, ref: HistoryRef, tail: tuple[Message, ...] = ()) -> Chain:
+        """The chain ``ref`` names: this one with ``tail`` stored after it as segment
+        ``ref.head`` (or, no tail, this one with another ``start``), sharing what was read."""
+        new = Chain(self.sid, self.dir, ref, self.max_bytes)
+        with self._mu:
+            new._segs, new._firsts, new._names = list(self._segs), list(self._firsts), \
+                list(self._names)
+            new._low, new._next = self._low, self._next
+        if tail:  # the segment just written is the newest one read
+            new._segs.insert(0, tail)
+            new._firsts.insert(0, self.ref.count)
+            new._names.insert(0, ref.head)
+        return new
+
+    @classmethod
+    def started(cls, sid: str, directory: str | None, ref: HistoryRef,
+                tail: tuple[Message, ...], max_bytes: int = DEFAULT_MAX_BYTES) -> Chain:
+        """The chain whose one segment ``ref.head`` holds ``tail`` (just written)."""
+        new = cls(sid, directory, ref, max_bytes)
+        new._segs, new._firsts, new._names = [tail], [0], [ref.head]
+        new._low, new._next = 0, None
+        return new
+
+    def read_down_to(self, index: int) -> None:
+        """Read segments until index ``index`` (absolute, in the chain) is held."""
+        if self.ref.start > self.ref.count:  # a summary naming a range that is not there
+            raise HistoryUnavailable(
+                f"session {self.sid}: its summary replaces {self.ref.start} messages of a "
+                f"history of {self.ref.count}", session_id=self.sid, reason="history_short")
+        with self._mu:
+            while self._low > index:
+                self._read_one()
+
+    def _read_one(self) -> None:
+        if self._next is None:
+            raise HistoryUnavailable(
+                f"session {self.sid}: its history chain ends at message {self._low}, before "
+                f"what its document names", session_id=self.sid, reason="history_short")
+        name, sha = self._next
+        if self.dir is None:
+            raise HistoryUnavailable(f"session {self.sid}: no history directory to read "
+                                     "(a copy outside its store)", session_id=self.sid,
+                                     reason="waiting_for_sync")
+        path = os.path.join(self.dir, name)
+        try:
+            data, _ = _fsio.read_bounded(path, self.max_bytes)
+        except FileNotFoundError as e:
+            raise HistoryUnavailable(
+                f"session {self.sid}: history segment {name} is not on disk yet (a sync tool "
+                "may still be delivering it)", path=path, session_id=self.sid,
+                reason="waiting_for_sync") from e
+        except UnreadableState as e:
+            raise HistoryUnavailable(f"{path}: {e.message}", path=path, session_id=self.sid,
+                                     reason="history_corrupt") from e
+        first, prev, prev_sha, msgs = parse_segment(data, path=path, sid=self.sid, sha=sha)
+        m = NAME_RE.fullmatch(name)
+        if (m is None or m.group(2) != sha[:16] or int(m.group(1)) != first
+                or first + len(msgs) != self._low):
+            raise HistoryUnavailable(f"{path}: holds messages {first}..{first + len(msgs)}, "
+                                     f"not ..{self._low} as its chain says", path=path,
+                                     session_id=self.sid, reason="history_corrupt")
+        self._segs.append(msgs)
+        self._firsts.append(first)
+        self._names.append(name)
+        self._low = first
+        self._next = (prev, prev_sha) if prev is not None and prev_sha is not None else None
+
+    def at(self, index: int) -> Message:
+        """Message ``index`` (absolute, in the chain), reading segments as needed."""
+        self.read_down_to(index)
+        with self._mu:
+            for first, seg in zip(self._firsts, self._segs, strict=True):  # newest first
+                if index >= first:
+                    return seg[index - first]
+        raise IndexError(index)  # not reached: read_down_to held it
+
+    def messages(self, lo: int) -> tuple[Message, ...]:
+        """Messages ``lo`` .. ``count - 1`` of the chain (read as needed)."""
+        self.read_down_to(lo)
+        with self._mu:
+            out = [m for seg in reversed(self._segs) for m in seg]
+            return tuple(out[lo - self._low:])
+
+    def segment_names(self) -> list[str]:
+        """Every segment name of the chain, newest first (reads the whole chain)."""
+        self.read_down_to(0)
+        with self._mu:
+            return list(self._names)
+
+
+class History(Sequence[Message]):
+    """The messages of a session: ``chain`` (stored, read lazily) from ``start``, then ``tail``
+    (not stored yet: the next commit writes them as one segment). Immutable; ``+ tuple`` gives a
+    new History with a longer tail, reading nothing."""
+
+    __slots__ = ("_all", "chain", "tail")
+
+    def __init__(self, chain: Chain | None, tail: tuple[Message, ...] = ()) -> None:
+        self.chain = chain
+        self.tail = tail
+        self._all: tuple[Message, ...] | None = None
+
+    @property
+    def stored(self) -> int:
+        """How many of the messages are in the chain (the rest is the tail)."""
+        return max(0, self.chain.ref.count - self.chain.ref.start) if self.chain is not None \
+            else 0
+
+    def __len__(self) -> int:
+        return self.stored + len(self.tail)
+
+    def materialise(self) -> tuple[Message, ...]:
+        if self._all is None:
+            base = self.chain.messages(self.chain.ref.start) if self.chain is not None else ()
+            self._all = base + self.tail
+        return self._all
+
+    @overload
+    def __getitem__(self, i: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Message, ...]: ...
+
+    def __getitem__(self, i: int | slice) -> Message | tuple[Message, ...]:
+        if isinstance(i, slice):
+            return self.materialise()[i]
+        n = len(self)
+        j = i + n if i < 0 else i
+        if not 0 <= j < n:
+            raise IndexError("history index out of range")
+        stored = self.stored
+        if j >= stored:
+            return self.tail[j - stored]
+        if self._all is not None:
+            return self._all[j]
+        assert self.chain is not None
+        return self.chain.at(self.chain.ref.start + j)
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self.materialise())
+
+    def __reversed__(self) -> Iterator[Message]:
+        for j in range(len(self) - 1, -1, -1):
+            yield self[j]
+
+    def __contains__(self, x: object) -> bool:
+        return x in self.materialise()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, History):
+            return len(self) == len(other) and self.materialise() == other.materialise()
+        if isinstance(other, tuple):
+            return len(self) == len(other) and self.materialise() == other
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __hash__(self) -> int:
+        return hash(self.materialise())
+
+    def extended(self, more: Sequence[Message]) -> History:
+        return History(self.chain, self.tail + tuple(more))
+
+    def __add__(self, other: object) -> History:
+        if isinstance(other, (tuple, list, History)):
+            return History(self.chain, self.tail + tuple(other))
+        return NotImplemented
+
+    def __radd__(self, other: object) -> tuple[Message, ...]:
+        if isinstance(other, tuple):
+            return other + self.materialise()
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"History({len(self)} messages, {self.stored} stored)"
+
+
+__all__ = ["DEFAULT_MAX_BYTES", "NAME_RE", "Chain", "History", "HistoryRef", "encode_segment",
+           "parse_segment", "ref_from_dict", "segment_name"]

@@ -1,0 +1,150 @@
+"""The repair gate's acts on history segments (docs/storage.md): unreferenced segments.
+
+A segment no document refers to — a crash between the commit's segment and its document, a
+history rewritten, a session deleted — is invisible to every read; only this module removes it,
+under the session's commit lock, with a ``segment_removed`` event, and only if
+
+- this node wrote it (its ``node_id``): another node's may belong to a document still in sync
+  flight (reported ``waiting_for_sync``, never removed);
+- neither the session's document nor any sync-conflict copy of it nor any copy of it kept in
+  ``quarantine/`` (the losing side of a resolved conflict: nothing lost) refers to it, reading
+  each one's whole chain (one that cannot be read — a segment not arrived, a newer format, a
+  quarantined file that does not parse — leaves every segment of the session where it is);
+- it is older than ``Config.segment_grace``.
+
+Temp files of a segment write that died (``~<name>.<random>.tmp``) go by the same rules of age.
+A dry run (``doctor`` without ``--repair``) only says what would go.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from . import _events as ev
+from . import _fsio
+from ._errors import FsDurableError, HistoryUnavailable, StorageError
+from ._history import NAME_RE, History
+from ._layout import NameKind, classify
+from ._repair import NOTHING, WAITING, Act, judge_session
+from ._store import Store
+
+REMOVED = "removed_segment"
+WOULD_REMOVE = "would_remove_segment"
+_HEAD = 4096  # a segment's node_id sits in its first bytes (format, session_id, first, node_id)
+
+
+def _chain_names(s: object) -> set[str]:
+    """Every segment name a parsed session's history names (HistoryUnavailable if its chain
+    does not read)."""
+    msgs = getattr(s, "messages", None)
+    if isinstance(msgs, History) and msgs.chain is not None:
+        return set(msgs.chain.segment_names())
+    return set()
+
+
+def referenced(store: Store, sid: str) -> set[str] | None:
+    """The segment names the session's document and its conflict copies refer to; None if any
+    of them cannot be judged (unreadable, a newer format, a chain that does not read): then
+    nothing of the session's history may go."""
+    from ._codec import parse_session
+    from ._quarantine import listing
+
+    j, s, _ = judge_session(store, sid)
+    if j.stat is not None and s is None:
+        return None
+    try:
+        names = _chain_names(s) if s is not None else set()
+        copies = [os.path.join(store.layout.sessions, n)
+                  for n in _fsio.list_names(store.layout.sessions)
+                  if classify(n)[0] is NameKind.CONFLICT and classify(n)[1] == sid]
+        copies += [q.path for q in listing(store) if q.restorable and q.session_id == sid]
+        for path in copies:
+            data, _ = _fsio.read_bounded(path, store.config.max_file_bytes)
+            copy, _ = parse_session(data, path=path,
+                                    history_dir=store.layout.history_dir(sid),
+                                    max_bytes=store.config.max_file_bytes)
+            names |= _chain_names(copy)
+    except (HistoryUnavailable, FsDurableError, OSError):
+        return None
+    return names
+
+
+_NODE = re.compile(rb'"node_id":(?:"([^"\\]*)"|null)')
+
+
+def _writer(path: str) -> str | None:
+    """The node a segment names as its writer, from its first bytes (encode_segment writes
+    ``node_id`` fourth); None if it names none or cannot be read."""
+    try:
+        m = _NODE.search(_fsio.read_prefix(path, _HEAD))
+    except (OSError, FsDurableError):
+        return None
+    return m.group(1).decode("utf-8", "replace") if m is not None and m.group(1) else None
+
+
+def repair_history(store: Store, sid: str, *, dry_run: bool = False) -> list[Act]:
+    """Remove (``dry_run``: say) the unreferenced segments of session ``sid`` that this node
+    wrote and that are older than ``Config.segment_grace``; one ``segment_removed`` event per
+    segment removed. Another node's are reported ``waiting_for_sync``."""
+    directory = store.layout.history_dir(sid)
+    if _fsio.lstat(directory) is None:
+        return []
+    out: list[Act] = []
+    with store.commit_lock(sid):
+        try:
+            names = _fsio.list_names(directory)
+        except (OSError, StorageError):
+            return []
+        if not names:
+            return []
+        keep = referenced(store, sid)
+        if keep is None:
+            return []
+        now = store.clock()
+        for name in sorted(names):
+            path = os.path.join(directory, name)
+            is_temp = classify(name)[0] is NameKind.TEMP
+            if name in keep or not (is_temp or NAME_RE.fullmatch(name)):
+                continue  # named by a document, or not a file of ours
+            st = _fsio.lstat(path)
+            if st is None or now - st.st_mtime < store.config.segment_grace:
+                continue  # a commit of this node may be about to name it
+            if not is_temp:
+                node = _writer(path)
+                if node != store.node_id:
+                    out.append(Act(WAITING, path, sid, reason="another_node", detail=node))
+                    continue
+            if dry_run:
+                out.append(Act(WOULD_REMOVE, path, sid, reason="unreferenced"))
+                continue
+            now_st = _fsio.lstat(path)
+            if now_st is None or (now_st.st_ino, now_st.st_size, now_st.st_mtime_ns) != (
+                    st.st_ino, st.st_size, st.st_mtime_ns):
+                out.append(Act(NOTHING, path, sid, reason="changed"))
+                continue
+            try:
+                _fsio.unlink(path, durable=store.config.fsync)
+            except StorageError as e:
+                out.append(Act("failed", path, sid, reason=e.reason, detail=e.message))
+                continue
+            store.emit(ev.SEGMENT_REMOVED, session_id=sid, reason="unreferenced",
+                       segment=name, temp=is_temp)
+            out.append(Act(REMOVED, path, sid, reason="unreferenced"))
+        if not dry_run and not _fsio.list_names(directory):
+            _fsio.rmdir(directory, durable=store.config.fsync)
+    return out
+
+
+def history_sessions(store: Store) -> list[str]:
+    """The session ids that have a history directory (one listing of ``history/``)."""
+    from ._layout import own_id
+
+    try:
+        names = _fsio.list_names(store.layout.history)
+    except (OSError, StorageError):
+        return []
+    return sorted(n for n in names if own_id(n + ".json") is not None)
+
+
+__all__ = ["REMOVED", "WOULD_REMOVE", "history_sessions", "referenced", "repair_history"]
