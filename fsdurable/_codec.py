@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from ._errors import InvalidSessionId, InvalidState, UnreadableState
-from ._history import DEFAULT_MAX_BYTES, Chain, History, HistoryRef, ref_from_dict
+from ._history import DEFAULT_MAX_BYTES, LANE_RE, Chain, History, HistoryRef, ref_from_dict
 from ._layout import HISTORY, SESSIONS, validate_session_id
 from ._model import Session
 from ._recordcodec import (
@@ -189,20 +189,47 @@ def history_ref(s: Session) -> HistoryRef | None:
                        session_id=s.id, reason="history_not_stored")
 
 
-def session_to_dict(s: Session, ref: HistoryRef | bool | None = True) -> dict[str, Any]:
-    """The document's fields (format 4); ``ref``: the history it names (default: ``s``'s)."""
+def lane_refs(s: Session) -> dict[str, HistoryRef]:
+    """The stored chain each non-empty lane of ``s`` names; InvalidState if a lane has values
+    not stored yet (only the commit function writes them) or a name out of shape."""
+    from ._history import History
+
+    out: dict[str, HistoryRef] = {}
+    for name in sorted(s.lanes):
+        values = s.lanes[name]
+        if LANE_RE.fullmatch(name) is None:
+            raise InvalidState(f"session {s.id}: lane name {name!r} is not [a-z][a-z0-9_]{{0,31}}",
+                               session_id=s.id, reason="bad_lane")
+        if isinstance(values, History) and not values.tail and values.chain is not None \
+                and values.chain.sid == s.id and values.chain.lane == name:
+            out[name] = values.chain.ref
+        elif len(values):
+            raise InvalidState(f"session {s.id}'s lane {name} has values that are not stored "
+                               "yet: commit it", session_id=s.id, reason="history_not_stored")
+    return out
+
+
+def session_to_dict(s: Session, ref: HistoryRef | bool | None = True,
+                    lanes: dict[str, HistoryRef] | None = None) -> dict[str, Any]:
+    """The document's fields (format 4); ``ref``: the history it names (default: ``s``'s);
+    ``lanes``: the lanes' chains it names (default: ``s``'s; the key left out when none)."""
     if ref is True:
         ref = history_ref(s)
+    if lanes is None:
+        lanes = lane_refs(s)
     d: dict[str, Any] = {"format": SESSION_FORMAT}
-    d.update(_conv().unstructure(attrs.evolve(s, messages=())))
-    del d["messages"]
+    d.update(_conv().unstructure(attrs.evolve(s, messages=(), lanes={})))
+    del d["messages"], d["lanes"]
     summary, metadata = d.pop("summary"), d.pop("metadata")
     d["history"] = ref.to_dict() if isinstance(ref, HistoryRef) else None
+    if lanes:
+        d["lanes"] = {k: lanes[k].to_dict() for k in sorted(lanes)}
     d["summary"], d["metadata"] = summary, metadata
     return d
 
 
-def encode_session(s: Session, ref: HistoryRef | bool | None = True) -> bytes:
+def encode_session(s: Session, ref: HistoryRef | bool | None = True,
+                   lanes: dict[str, HistoryRef] | None = None) -> bytes:
     """The session document's bytes (format 4): every field but the messages, which live in
     the segments ``ref`` names (default: the stored history ``s`` carries). Small whatever the
     length of the conversation: a commit rewrites this, not the transcript."""
@@ -212,7 +239,7 @@ def encode_session(s: Session, ref: HistoryRef | bool | None = True) -> bytes:
     if s.turn is not None and s.turn.ledger:
         _check_finite([e.arguments for e in s.turn.ledger], s.id, "the ledger's arguments")
     try:
-        return orjson.dumps(session_to_dict(s, ref), option=orjson.OPT_APPEND_NEWLINE)
+        return orjson.dumps(session_to_dict(s, ref, lanes), option=orjson.OPT_APPEND_NEWLINE)
     except TypeError as e:  # orjson: not serialisable, over 64 bits, nested over 255 levels
         raise InvalidState(f"session {s.id} is not JSON-serialisable: {e}", session_id=s.id,
                            reason="not_json") from e
@@ -265,6 +292,17 @@ def parse_session(data: bytes, *, path: str | None = None, session_id: str | Non
     # hand edit's are ignored), the history named
     inline = migrated and "messages" in d
     ref = ref_from_dict(d.pop("history", None), path=path)
+    lanes_d = d.pop("lanes", None)
+    if lanes_d is not None and not isinstance(lanes_d, dict):
+        raise UnreadableState("lanes must be an object", path=path, reason="wrong_type")
+    lane_ref = {}
+    for name, v in (lanes_d or {}).items():
+        if LANE_RE.fullmatch(name) is None:
+            raise UnreadableState(f"lane name {name!r} out of shape"[:200], path=path,
+                                  reason="wrong_value")
+        got = ref_from_dict(v, path=path, lane=name)
+        if got is not None:
+            lane_ref[name] = got
     if not inline:
         d.pop("messages", None)
     try:
@@ -280,10 +318,26 @@ def parse_session(data: bytes, *, path: str | None = None, session_id: str | Non
         raise UnreadableState("session version or attempts out of range", path=path,
                               reason="wrong_value")
     check_id(s.id, session_id, path)
+    where = history_dir if history_dir is not None else _history_dir(path, s.id)
     if ref is not None and not inline:
-        where = history_dir if history_dir is not None else _history_dir(path, s.id)
         s = attrs.evolve(s, messages=History(Chain(s.id, where, ref, max_bytes)))
+    lanes: dict[str, Any] = {k: History(Chain(s.id, where, r, max_bytes, lane=k))
+                             for k, r in lane_ref.items()}
+    meta = s.metadata
+    for key, field in INLINE_LANES.items():  # an older adapter session: its values inline
+        ns = meta.get(key)
+        if isinstance(ns, dict) and isinstance(ns.get(field), list) and key not in lanes:
+            lanes[key] = History(None, tuple(ns[field]))
+            meta = {**meta, key: {k: v for k, v in ns.items() if k != field}}
+            migrated = True
+    if lanes or meta is not s.metadata:
+        s = attrs.evolve(s, lanes=lanes, metadata=meta)
     return s, migrated
+
+
+# lanes older adapter sessions held inline: metadata[key][field], a list (storage.md, "Older
+# adapter sessions"); read into the lane ``key`` in memory, stored by the next commit
+INLINE_LANES = {"openai_agents": "items"}
 
 
 # the stdlib formats are re-exported: every on-disk format can be named from here
@@ -301,6 +355,7 @@ __all__ = [
     "encode_marker",
     "encode_session",
     "history_ref",
+    "lane_refs",
     "loads_strict",
     "migration",
     "parse_event",

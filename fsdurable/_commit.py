@@ -65,7 +65,8 @@ def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
     """THE commit: every change to a session file goes through here, under its commit lock.
 
     0. (after 1) the messages not stored yet, as one write-once segment of ``history/<id>/``
-       (``plan_history``, ``write_segment``), durable before the document names it;
+       (``plan_history``, ``write_segment``), and so each lane's values (``plan_lanes``),
+       durable before the document names them;
     1. compare-and-swap on the commit's identity: the file on disk must be the commit
        ``new`` was derived from — version ``base`` (0 = absent) and commit id
        ``base_commit_id`` (default ``new.commit_id``) — else ConflictError: a file a sync
@@ -106,8 +107,12 @@ def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
     if s.turn is not None:
         m, s = marker_due(ctx, sid, s, owner)
     chain, segment = plan_history(ctx, sid, s)
-    data = encode_session(s, chain.ref if chain is not None else None)
-    for size in (len(data), len(segment[1]) if segment is not None else 0):
+    lanes, segments = plan_lanes(ctx, sid, s)
+    if segment is not None:
+        segments.insert(0, segment)
+    data = encode_session(s, chain.ref if chain is not None else None,
+                          {k: c.ref for k, c in lanes.items()})
+    for size in (len(data), *(len(seg[1]) for seg in segments)):
         if size > ctx.config.max_file_bytes:  # it could never be read back
             raise InvalidState(
                 f"session {sid!r} would write a file of {size} bytes, over max_file_bytes "
@@ -122,12 +127,14 @@ def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
                 f"the marker of session {sid!r} would be {len(mdata)} bytes, over the {cap} "
                 f"discovery reads (source {len(m.source)}, route_key {len(m.route_key)}, "
                 f"turn id {len(m.turn_id)} characters)", session_id=sid, reason="too_large")
-    if segment is not None:  # step 0: the new messages, durable before anything names them
-        write_segment(ctx, sid, *segment)
-    if chain is not None:
+    for seg in segments:  # step 0: the new values, durable before anything names them
+        write_segment(ctx, sid, *seg)
+    if chain is not None or lanes or s.lanes:
         from ._history import History
 
-        s = evolve(s, messages=History(chain))
+        if chain is not None:
+            s = evolve(s, messages=History(chain))
+        s = evolve(s, lanes={k: History(c) for k, c in lanes.items()})
     mpath = ctx.layout.marker(sid)
     if m is not None:
         try:
@@ -170,7 +177,7 @@ def plan_history(ctx: Context, sid: str, s: Session
     replaced (the old messages stay in the chain as archive: never lost silently)."""
     import operator
 
-    from ._history import Chain, History, HistoryRef, encode_segment
+    from ._history import Chain, History
 
     msgs = s.messages
     if isinstance(msgs, History) and (msgs.chain is None or msgs.chain.sid == sid):
@@ -191,15 +198,53 @@ def plan_history(ctx: Context, sid: str, s: Session
                 base = base.derived(evolve(base.ref, start=base.ref.count))
     if not tail:
         return base, None
+    return appended(ctx, sid, s, base, tail)
+
+
+def plan_lanes(ctx: Context, sid: str, s: Session
+               ) -> tuple[dict[str, Chain], list[tuple[str, bytes]]]:
+    """(the chain of each non-empty lane the new document names, the segments to write first).
+
+    A lane that is a ``History`` of this session's lane keeps its chain (cut or not: a
+    ``prefix`` writes nothing) and its tail is its new segment; any other sequence is written
+    whole as a new chain (the old one's segments are then unreferenced: the repair gate's)."""
+    from ._history import LANE_RE, History
+
+    chains: dict[str, Chain] = {}
+    segments: list[tuple[str, bytes]] = []
+    for lane in sorted(s.lanes):
+        values = s.lanes[lane]
+        if LANE_RE.fullmatch(lane) is None:
+            raise InvalidState(f"session {sid}: lane name {lane!r} is not "
+                               "[a-z][a-z0-9_]{0,31}", session_id=sid, reason="bad_lane")
+        base: Chain | None = None
+        if isinstance(values, History) and (values.chain is None or (
+                values.chain.sid == sid and values.chain.lane == lane)):
+            base, tail = values.chain, values.tail
+        else:
+            tail = tuple(values)
+        if tail:
+            base, seg = appended(ctx, sid, s, base, tail, lane)
+            segments.append(seg)
+        if base is not None:
+            chains[lane] = base
+    return chains, segments
+
+
+def appended(ctx: Context, sid: str, s: Session, base: Chain | None, tail: tuple[Any, ...],
+             lane: str | None = None) -> tuple[Chain, tuple[str, bytes]]:
+    """(the chain ``base`` + ``tail``, (name, bytes) of the segment holding ``tail``)."""
+    from ._history import Chain, HistoryRef, encode_segment
+
     first = base.ref.count if base is not None else 0
     name, sha, data = encode_segment(sid, first, base.ref if base is not None else None,
                                      (s.turn.node_id if s.turn is not None else None)
-                                     or ctx.node(), tail)
+                                     or ctx.node(), tail, lane)
     ref = HistoryRef(count=first + len(tail), head=name, sha256=sha,
                      start=base.ref.start if base is not None else 0)
     chain = (base.derived(ref, tail) if base is not None else
              Chain.started(sid, ctx.layout.history_dir(sid), ref, tail,
-                           ctx.config.max_file_bytes))
+                           ctx.config.max_file_bytes, lane))
     return chain, (name, data)
 
 
@@ -257,4 +302,5 @@ def marker_due(ctx: Context, sid: str, s: Session, owner: str | None
     return Marker.of(s, node), s
 
 
-__all__ = ["Context", "commit_locked", "evolve", "marker_due", "plan_history", "write_segment"]
+__all__ = ["Context", "appended", "commit_locked", "evolve", "marker_due", "plan_history",
+           "plan_lanes", "write_segment"]

@@ -311,7 +311,8 @@ class _Scan:
             if s is None:
                 continue
             try:
-                tuple(s.messages)  # every segment of the chain read and verified
+                for seq in (s.messages, *s.lanes.values()):
+                    tuple(seq)  # every segment of each chain read and verified
             except HistoryUnavailable as e:
                 waiting = e.reason == "waiting_for_sync"
                 self.add("history_waiting" if waiting else "history_unreadable",

@@ -5,7 +5,10 @@ segment file per commit that added messages: ``<first>-<digest>.json``, never re
 segment names and proves (SHA-256) the one before it, so the session document only names the
 newest (``HistoryRef``). ``History`` is the lazy, immutable sequence of messages a loaded session
 carries: its length comes from the document, its items from the segments on first use, newest
-first, each one verified.
+first, each one verified. A **lane** is another chain of the same session, of an adapter's JSON
+values (its segments ``<lane>-<first>-<digest>.json``): the same code reads, writes and judges it.
+A chain's end may be cut by its document's ``count`` (or the next segment's ``first``) inside a
+segment: the values past the cut are not in the chain (``pop_item``, a trim; storage.md).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import hashlib
 import os
 import re
 from collections.abc import Iterator, Sequence
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 import attrs
 
@@ -24,11 +27,15 @@ from ._errors import HistoryUnavailable, InvalidState, UnreadableState
 from ._model import Message
 from ._recordcodec import SEGMENT_FORMAT, upgrade
 
-# <first>-<first 16 hex of the file's SHA-256>.json: lowercase, digits, case-insensitive safe
-NAME_RE = re.compile(r"([0-9]{12})-([0-9a-f]{16})\.json")
+# [<lane>-]<first>-<first 16 hex of the file's SHA-256>.json: lowercase, digits,
+# case-insensitive safe. Groups: lane (None: the messages), first, digest.
+LANE = r"[a-z][a-z0-9_]{0,31}"
+LANE_RE = re.compile(LANE)
+NAME_RE = re.compile(rf"(?:({LANE})-)?([0-9]{{12}})-([0-9a-f]{{16}})\.json")
 _SHA_RE = re.compile(r"[0-9a-f]{64}")
 _INT63 = 1 << 63
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+_T = TypeVar("_T")
 
 
 @attrs.frozen
@@ -47,12 +54,19 @@ class HistoryRef:
                 "sha256": self.sha256}
 
 
-def segment_name(first: int, sha: str) -> str:
-    return f"{first:012d}-{sha[:16]}.json"
+def segment_name(first: int, sha: str, lane: str | None = None) -> str:
+    return f"{lane + '-' if lane else ''}{first:012d}-{sha[:16]}.json"
 
 
-def ref_from_dict(d: object, *, path: str | None) -> HistoryRef | None:
-    """The document's ``history`` (None: no messages); UnreadableState if out of shape."""
+def lane_of(name: str) -> str | None:
+    """The lane a segment name belongs to (None: the messages, or not a segment name)."""
+    m = NAME_RE.fullmatch(name)
+    return m.group(1) if m is not None else None
+
+
+def ref_from_dict(d: object, *, path: str | None, lane: str | None = None) -> HistoryRef | None:
+    """The document's ``history`` (or lane ``lane``'s entry of its ``lanes``; None: empty);
+    UnreadableState if out of shape."""
     if d is None:
         return None
     if not isinstance(d, dict):
@@ -65,41 +79,48 @@ def ref_from_dict(d: object, *, path: str | None) -> HistoryRef | None:
     if (not isinstance(count, int) or isinstance(count, bool) or not 0 < count < _INT63
             or not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < _INT63
             or not isinstance(head, str) or NAME_RE.fullmatch(head) is None
-            or not isinstance(sha, str) or _SHA_RE.fullmatch(sha) is None):
+            or lane_of(head) != lane or not isinstance(sha, str) or _SHA_RE.fullmatch(sha) is None):
         raise UnreadableState(f"history out of shape: {d!r}"[:300], path=path,
                               reason="wrong_value")
     return HistoryRef(count=count, head=head, sha256=sha, start=start)
 
 
 def encode_segment(sid: str, first: int, prev: HistoryRef | None, node: str,
-                   messages: Sequence[Message]) -> tuple[str, str, bytes]:
-    """(name, SHA-256, bytes) of the segment holding ``messages`` as indexes ``first`` .. of
-    session ``sid``'s chain, after ``prev``."""
+                   messages: Sequence[Any], lane: str | None = None) -> tuple[str, str, bytes]:
+    """(name, SHA-256, bytes) of the segment holding ``messages`` (lane ``lane``: JSON values)
+    as indexes ``first`` .. of session ``sid``'s chain, after ``prev``."""
     import orjson
 
     from ._codec import _check_finite, _conv
 
-    unstructure = _conv().unstructure
-    for i, m in enumerate(messages):
-        if m.tool_calls:
-            _check_finite([c.arguments for c in m.tool_calls], sid,
-                          f"message {first + i}'s tool call arguments")
-    body = {"format": SEGMENT_FORMAT, "session_id": sid, "first": first, "node_id": node,
-            "prev": prev.head if prev is not None else None,
-            "prev_sha256": prev.sha256 if prev is not None else None,
-            "messages": [unstructure(m) for m in messages]}
+    body: dict[str, Any] = {"format": SEGMENT_FORMAT, "session_id": sid}
+    if lane is None:
+        unstructure = _conv().unstructure
+        for i, m in enumerate(messages):
+            if m.tool_calls:
+                _check_finite([c.arguments for c in m.tool_calls], sid,
+                              f"message {first + i}'s tool call arguments")
+        values: list[Any] = [unstructure(m) for m in messages]
+    else:
+        _check_finite(list(messages), sid, f"lane {lane}'s items")
+        body["lane"], values = lane, list(messages)
+    body.update({"first": first, "node_id": node,
+                 "prev": prev.head if prev is not None else None,
+                 "prev_sha256": prev.sha256 if prev is not None else None,
+                 "items" if lane is not None else "messages": values})
     try:
         data = orjson.dumps(body, option=orjson.OPT_APPEND_NEWLINE)
     except TypeError as e:
         raise InvalidState(f"session {sid}'s messages are not JSON-serialisable: {e}",
                            session_id=sid, reason="not_json") from e
     sha = hashlib.sha256(data).hexdigest()
-    return segment_name(first, sha), sha, data
+    return segment_name(first, sha, lane), sha, data
 
 
-def parse_segment(data: bytes, *, path: str, sid: str, sha: str
-                  ) -> tuple[int, str | None, str | None, tuple[Message, ...]]:
-    """(first, prev name, prev SHA-256, messages) of a segment that must hash to ``sha``."""
+def parse_segment(data: bytes, *, path: str, sid: str, sha: str, lane: str | None = None
+                  ) -> tuple[int, str | None, str | None, tuple[Any, ...]]:
+    """(first, prev name, prev SHA-256, messages) of a segment that must hash to ``sha``
+    (lane ``lane``: its items, JSON values, as they are)."""
     import orjson
 
     from ._codec import _conv
@@ -112,17 +133,23 @@ def parse_segment(data: bytes, *, path: str, sid: str, sha: str
         if not isinstance(d, dict):
             raise ValueError("not a JSON object")
         d, _ = upgrade(d, "segment", path=path)
-        first, prev, prev_sha, msgs = d["first"], d["prev"], d["prev_sha256"], d["messages"]
-        if (d.get("session_id") != sid or not isinstance(d.get("node_id"), (str, type(None)))
+        first, prev, prev_sha = d["first"], d["prev"], d["prev_sha256"]
+        msgs = d["items" if lane is not None else "messages"]
+        if (d.get("session_id") != sid or d.get("lane") != lane
+                or not isinstance(d.get("node_id"), (str, type(None)))
                 or not isinstance(first, int) or isinstance(first, bool)
                 or not 0 <= first < _INT63 or not isinstance(msgs, list) or not msgs
                 or (prev is None) != (prev_sha is None) or (prev is None) != (first == 0)
                 or (prev is not None and not (isinstance(prev, str) and NAME_RE.fullmatch(prev)
                                                and isinstance(prev_sha, str)
-                                               and _SHA_RE.fullmatch(prev_sha)))):
+                                               and _SHA_RE.fullmatch(prev_sha)
+                                               and lane_of(prev) == lane))):
             raise ValueError("fields out of shape")
-        conv = _conv()
-        out = tuple(conv.structure(x, Message) for x in msgs)
+        if lane is None:
+            conv = _conv()
+            out: tuple[Any, ...] = tuple(conv.structure(x, Message) for x in msgs)
+        else:
+            out = tuple(msgs)
     except UnreadableState as e:
         if e.reason == "unknown_version":
             raise HistoryUnavailable(f"{path}: {e.message}", path=path, session_id=sid,
@@ -136,43 +163,71 @@ def parse_segment(data: bytes, *, path: str, sid: str, sha: str
 
 
 class Chain:
-    """The stored segments of one chain, read lazily from the newest backwards, shared by every
-    ``History`` derived from it. Thread-safe."""
+    """The stored segments of one chain (the messages, or lane ``lane``), read lazily from the
+    newest backwards, shared by every ``History`` derived from it. Thread-safe."""
 
-    __slots__ = ("__weakref__", "_firsts", "_low", "_mu", "_names", "_next", "_segs", "dir",
-                 "max_bytes", "ref", "sid")
+    __slots__ = ("__weakref__", "_firsts", "_low", "_mu", "_names", "_next", "_segs", "_shas",
+                 "dir", "lane", "max_bytes", "ref", "sid")
 
     def __init__(self, sid: str, directory: str | None, ref: HistoryRef,
-                 max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+                 max_bytes: int = DEFAULT_MAX_BYTES, lane: str | None = None) -> None:
         self.sid, self.dir, self.ref, self.max_bytes = sid, directory, ref, max_bytes
+        self.lane = lane
         self._mu = _thread.allocate_lock()
-        self._segs: list[tuple[Message, ...]] = []  # newest first
+        self._segs: list[tuple[Any, ...]] = []  # newest first, each cut where the next begins
         self._firsts: list[int] = []  # the first index of each
         self._names: list[str] = []  # the file name of each
+        self._shas: list[str] = []  # the SHA-256 of each
         self._low = ref.count  # the lowest index read so far
         self._next: tuple[str, str] | None = (ref.head, ref.sha256)
 
-    def derived(self, ref: HistoryRef, tail: tuple[Message, ...] = ()) -> Chain:
+    def _like(self, ref: HistoryRef) -> Chain:
+        return Chain(self.sid, self.dir, ref, self.max_bytes, self.lane)
+
+    def derived(self, ref: HistoryRef, tail: tuple[Any, ...] = ()) -> Chain:
         """The chain ``ref`` names: this one with ``tail`` stored after it as segment
         ``ref.head`` (or, no tail, this one with another ``start``), sharing what was read."""
-        new = Chain(self.sid, self.dir, ref, self.max_bytes)
+        new = self._like(ref)
         with self._mu:
-            new._segs, new._firsts, new._names = list(self._segs), list(self._firsts), \
-                list(self._names)
+            new._segs, new._firsts, new._names, new._shas = list(self._segs), \
+                list(self._firsts), list(self._names), list(self._shas)
             new._low, new._next = self._low, self._next
         if tail:  # the segment just written is the newest one read
             new._segs.insert(0, tail)
             new._firsts.insert(0, self.ref.count)
             new._names.insert(0, ref.head)
+            new._shas.insert(0, ref.sha256)
         return new
 
     @classmethod
     def started(cls, sid: str, directory: str | None, ref: HistoryRef,
-                tail: tuple[Message, ...], max_bytes: int = DEFAULT_MAX_BYTES) -> Chain:
+                tail: tuple[Any, ...], max_bytes: int = DEFAULT_MAX_BYTES,
+                lane: str | None = None) -> Chain:
         """The chain whose one segment ``ref.head`` holds ``tail`` (just written)."""
-        new = cls(sid, directory, ref, max_bytes)
-        new._segs, new._firsts, new._names = [tail], [0], [ref.head]
+        new = cls(sid, directory, ref, max_bytes, lane)
+        new._segs, new._firsts, new._names, new._shas = [tail], [0], [ref.head], [ref.sha256]
         new._low, new._next = 0, None
+        return new
+
+    def truncated(self, count: int) -> Chain | None:
+        """This chain cut after its first ``count`` values (None: nothing left), writing
+        nothing: the new document names the segment that holds value ``count - 1`` with
+        ``count`` (storage.md, "Cutting the end of a chain"). Reads the segments cut away."""
+        if count >= self.ref.count:
+            return self
+        if count <= 0:
+            return None
+        self.read_down_to(count - 1)
+        with self._mu:
+            k = next(i for i, f in enumerate(self._firsts) if f <= count - 1)
+            first = self._firsts[k]
+            new = self._like(HistoryRef(count=count, head=self._names[k],
+                                        sha256=self._shas[k],
+                                        start=min(self.ref.start, count)))
+            new._segs = [self._segs[k][: count - first], *self._segs[k + 1:]]
+            new._firsts, new._names, new._shas = self._firsts[k:], self._names[k:], \
+                self._shas[k:]
+            new._low, new._next = self._low, self._next
         return new
 
     def read_down_to(self, index: int) -> None:
@@ -206,21 +261,25 @@ class Chain:
         except UnreadableState as e:
             raise HistoryUnavailable(f"{path}: {e.message}", path=path, session_id=self.sid,
                                      reason="history_corrupt") from e
-        first, prev, prev_sha, msgs = parse_segment(data, path=path, sid=self.sid, sha=sha)
+        first, prev, prev_sha, msgs = parse_segment(data, path=path, sid=self.sid, sha=sha,
+                                                    lane=self.lane)
         m = NAME_RE.fullmatch(name)
-        if (m is None or m.group(2) != sha[:16] or int(m.group(1)) != first
-                or first + len(msgs) != self._low):
-            raise HistoryUnavailable(f"{path}: holds messages {first}..{first + len(msgs)}, "
+        # it must hold the value before the cut (its successor's first, or the document's
+        # count); what it holds past the cut is not in the chain
+        if (m is None or m.group(1) != self.lane or m.group(3) != sha[:16]
+                or int(m.group(2)) != first or not first < self._low <= first + len(msgs)):
+            raise HistoryUnavailable(f"{path}: holds values {first}..{first + len(msgs)}, "
                                      f"not ..{self._low} as its chain says", path=path,
                                      session_id=self.sid, reason="history_corrupt")
-        self._segs.append(msgs)
+        self._segs.append(msgs[: self._low - first])
         self._firsts.append(first)
         self._names.append(name)
+        self._shas.append(sha)
         self._low = first
         self._next = (prev, prev_sha) if prev is not None and prev_sha is not None else None
 
-    def at(self, index: int) -> Message:
-        """Message ``index`` (absolute, in the chain), reading segments as needed."""
+    def at(self, index: int) -> Any:
+        """Value ``index`` (absolute, in the chain), reading segments as needed."""
         self.read_down_to(index)
         with self._mu:
             for first, seg in zip(self._firsts, self._segs, strict=True):  # newest first
@@ -228,8 +287,8 @@ class Chain:
                     return seg[index - first]
         raise IndexError(index)  # not reached: read_down_to held it
 
-    def messages(self, lo: int) -> tuple[Message, ...]:
-        """Messages ``lo`` .. ``count - 1`` of the chain (read as needed)."""
+    def messages(self, lo: int) -> tuple[Any, ...]:
+        """Values ``lo`` .. ``count - 1`` of the chain (read as needed)."""
         self.read_down_to(lo)
         with self._mu:
             out = [m for seg in reversed(self._segs) for m in seg]
@@ -242,17 +301,18 @@ class Chain:
             return list(self._names)
 
 
-class History(Sequence[Message]):
-    """The messages of a session: ``chain`` (stored, read lazily) from ``start``, then ``tail``
-    (not stored yet: the next commit writes them as one segment). Immutable; ``+ tuple`` gives a
-    new History with a longer tail, reading nothing."""
+class History(Sequence[_T]):
+    """The messages of a session (``History[Message]``), or the values of one of its lanes:
+    ``chain`` (stored, read lazily) from ``start``, then ``tail`` (not stored yet: the next
+    commit writes them as one segment). Immutable; ``+ tuple`` gives a new History with a
+    longer tail, reading nothing; ``prefix(n)`` one cut after ``n`` values, writing nothing."""
 
     __slots__ = ("_all", "chain", "tail")
 
-    def __init__(self, chain: Chain | None, tail: tuple[Message, ...] = ()) -> None:
+    def __init__(self, chain: Chain | None, tail: tuple[_T, ...] = ()) -> None:
         self.chain = chain
         self.tail = tail
-        self._all: tuple[Message, ...] | None = None
+        self._all: tuple[_T, ...] | None = None
 
     @property
     def stored(self) -> int:
@@ -263,21 +323,31 @@ class History(Sequence[Message]):
     def __len__(self) -> int:
         return self.stored + len(self.tail)
 
-    def materialise(self) -> tuple[Message, ...]:
+    def materialise(self) -> tuple[_T, ...]:
         if self._all is None:
             base = self.chain.messages(self.chain.ref.start) if self.chain is not None else ()
             self._all = base + self.tail
         return self._all
 
     @overload
-    def __getitem__(self, i: int) -> Message: ...
+    def __getitem__(self, i: int) -> _T: ...
 
     @overload
-    def __getitem__(self, i: slice) -> tuple[Message, ...]: ...
+    def __getitem__(self, i: slice) -> tuple[_T, ...]: ...
 
-    def __getitem__(self, i: int | slice) -> Message | tuple[Message, ...]:
+    def __getitem__(self, i: int | slice) -> _T | tuple[_T, ...]:
         if isinstance(i, slice):
-            return self.materialise()[i]
+            lo, hi, step = i.indices(len(self))
+            if step != 1 or self._all is not None:
+                return self.materialise()[i]
+            if lo >= hi:
+                return ()
+            stored = self.stored  # read only the segments the slice spans
+            head: tuple[_T, ...] = ()
+            if lo < stored:
+                assert self.chain is not None
+                head = self.chain.messages(self.chain.ref.start + lo)[: min(hi, stored) - lo]
+            return head + self.tail[max(0, lo - stored): max(0, hi - stored)]
         n = len(self)
         j = i + n if i < 0 else i
         if not 0 <= j < n:
@@ -288,12 +358,13 @@ class History(Sequence[Message]):
         if self._all is not None:
             return self._all[j]
         assert self.chain is not None
-        return self.chain.at(self.chain.ref.start + j)
+        got: _T = self.chain.at(self.chain.ref.start + j)
+        return got
 
-    def __iter__(self) -> Iterator[Message]:
+    def __iter__(self) -> Iterator[_T]:
         return iter(self.materialise())
 
-    def __reversed__(self) -> Iterator[Message]:
+    def __reversed__(self) -> Iterator[_T]:
         for j in range(len(self) - 1, -1, -1):
             yield self[j]
 
@@ -314,15 +385,27 @@ class History(Sequence[Message]):
     def __hash__(self) -> int:
         return hash(self.materialise())
 
-    def extended(self, more: Sequence[Message]) -> History:
+    def extended(self, more: Sequence[_T]) -> History[_T]:
         return History(self.chain, self.tail + tuple(more))
 
-    def __add__(self, other: object) -> History:
+    def prefix(self, n: int) -> History[_T]:
+        """The first ``n`` values, writing nothing: a cut of the tail, or of the chain (its
+        document names the segment holding value ``n - 1`` with count ``n``; storage.md)."""
+        n = max(0, n)
+        stored = self.stored
+        if n >= len(self):
+            return self
+        if n >= stored:
+            return History(self.chain, self.tail[: n - stored])
+        assert self.chain is not None
+        return History(self.chain.truncated(self.chain.ref.start + n))
+
+    def __add__(self, other: object) -> History[_T]:
         if isinstance(other, (tuple, list, History)):
             return History(self.chain, self.tail + tuple(other))
         return NotImplemented
 
-    def __radd__(self, other: object) -> tuple[Message, ...]:
+    def __radd__(self, other: object) -> tuple[_T, ...]:
         if isinstance(other, tuple):
             return other + self.materialise()
         return NotImplemented
@@ -331,5 +414,5 @@ class History(Sequence[Message]):
         return f"History({len(self)} messages, {self.stored} stored)"
 
 
-__all__ = ["DEFAULT_MAX_BYTES", "NAME_RE", "Chain", "History", "HistoryRef", "encode_segment",
-           "parse_segment", "ref_from_dict", "segment_name"]
+__all__ = ["DEFAULT_MAX_BYTES", "LANE_RE", "NAME_RE", "Chain", "History", "HistoryRef",
+           "encode_segment", "lane_of", "parse_segment", "ref_from_dict", "segment_name"]

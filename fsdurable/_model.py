@@ -10,7 +10,7 @@ with ``.replace``), re-exported here.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import attrs
@@ -134,6 +134,10 @@ class Session:
     messages: Sequence[Message] = ()
     summary: str | None = None
     metadata: dict[str, Any] = attrs.field(factory=dict)
+    # an adapter's own append-only values, by lane name (``[a-z][a-z0-9_]{0,31}``): a tuple, or
+    # (read from disk) a ``History`` over the lane's write-once segments, as ``messages``
+    # (docs/storage.md, "Lanes"). A lane that is absent or empty holds nothing.
+    lanes: Mapping[str, Sequence[Any]] = attrs.field(factory=dict)
 
     def __attrs_post_init__(self) -> None:
         if self.in_progress != (self.turn is not None):

@@ -35,12 +35,14 @@ _HEAD = 4096  # a segment's node_id sits in its first bytes (format, session_id,
 
 
 def _chain_names(s: object) -> set[str]:
-    """Every segment name a parsed session's history names (HistoryUnavailable if its chain
-    does not read)."""
-    msgs = getattr(s, "messages", None)
-    if isinstance(msgs, History) and msgs.chain is not None:
-        return set(msgs.chain.segment_names())
-    return set()
+    """Every segment name a parsed session's history and lanes name (HistoryUnavailable if a
+    chain does not read)."""
+    out: set[str] = set()
+    lanes = getattr(s, "lanes", None) or {}
+    for seq in (getattr(s, "messages", None), *lanes.values()):
+        if isinstance(seq, History) and seq.chain is not None:
+            out |= set(seq.chain.segment_names())
+    return out
 
 
 def referenced(store: Store, sid: str) -> set[str] | None:

@@ -45,7 +45,7 @@ from ._records import Event, Manifest, Marker
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Mapping, Sequence
     from typing import Any
 
     from ._model import Message, Session
@@ -375,15 +375,17 @@ class Store:
     # ------------------------------------------------------------------ session API
 
     def create(self, session_id: str | None = None, *, source: str = "api",
-               route_key: str | None = None, metadata: dict[str, Any] | None = None) -> Session:
-        """Create a new, idle session (ConflictError if the id is taken)."""
+               route_key: str | None = None, metadata: dict[str, Any] | None = None,
+               lanes: Mapping[str, Sequence[Any]] | None = None) -> Session:
+        """Create a new, idle session (ConflictError if the id is taken); ``lanes``: an
+        adapter's first values, by lane (docs/storage.md, "Lanes")."""
         from ._model import Session
 
         sid = validate_session_id(session_id) if session_id is not None else new_id()
         now = self.clock()
         s = Session(id=sid, created_at=now, updated_at=now, source=source,
                     route_key=route_key if route_key is not None else f"session:{sid}",
-                    metadata=dict(metadata or {}))
+                    metadata=dict(metadata or {}), lanes=dict(lanes or {}))
         try:
             return self.commit(s, 0)
         except ConflictError as e:

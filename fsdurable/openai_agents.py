@@ -14,15 +14,20 @@
 - ``recover(agent, store)``: resumes this driver's interrupted runs through fsdurable's gates,
   UNATTENDED; ``continue_run`` goes on with a run parked for review once a human answered.
 
-The session file holds the items under ``metadata["openai_agents"]["items"]`` and the run record
-under ``metadata["openai_agents"]["run"]`` (a paused run's state under ``["paused"]``).
+The items live in the session's lane ``openai_agents``: write-once segments of ``history/<id>/``
+the session document names (docs/storage.md, "Lanes"), so ``add_items`` writes the new items and
+the small document, ``get_items(limit)`` reads the segments that hold the last ``limit``, and
+``pop_item`` cuts the lane's end in the document without rewriting it. The run record lives under
+``metadata["openai_agents"]["run"]`` (a paused run's state under ``["paused"]``). A session of an
+older fsdurable (its items in ``metadata["openai_agents"]["items"]``) is migrated by the repair
+gate at its first write here (``session_migrated``).
 """
 
 from __future__ import annotations
 
 import contextvars
 import json
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -66,9 +71,22 @@ def _ns(s: Session | None) -> dict[str, Any]:
     return dict(raw) if isinstance(raw, dict) else {}
 
 
-def items(s: Session | None) -> list[Item]:
-    got = _ns(s).get("items")
-    return list(got) if isinstance(got, list) else []
+def items(s: Session | None) -> Sequence[Item]:
+    """The session's items: a lazy sequence (read from the lane's segments as used)."""
+    return s.lanes.get(KEY, ()) if s is not None else ()
+
+
+def with_items(s: Session, new: Sequence[Item]) -> Session:
+    """``s`` holding ``new`` as its items: ``items(s) + tuple(more)`` or ``prefix(items(s), n)``
+    keep what is stored (the commit writes only the new items); empty: the lane is removed."""
+    return attrs.evolve(s, lanes={**s.lanes, KEY: new})
+
+
+def prefix(got: Sequence[Item], n: int) -> Sequence[Item]:
+    """The first ``n`` items, cutting a stored lane in its document (nothing rewritten)."""
+    from ._history import History
+
+    return got.prefix(n) if isinstance(got, History) else tuple(got)[: max(0, n)]
 
 
 def record(s: Session | None) -> dict[str, Any]:
@@ -78,7 +96,9 @@ def record(s: Session | None) -> dict[str, Any]:
 
 def with_record(s: Session, **changes: Any) -> Session:
     """``s`` with this adapter's metadata updated (a key set to None is removed; ``items_at``
-    and ``state``/``answers`` go into the run record)."""
+    and ``state``/``answers`` go into the run record; ``items``: ``with_items``)."""
+    if "items" in changes:
+        s = with_items(s, changes.pop("items"))
     ns = _ns(s)
     run_keys = {k: changes.pop(k) for k in ("state", "items_at", "answers") if k in changes}
     if run_keys:
@@ -97,7 +117,7 @@ def trimmed(s: Session) -> Session:
     at = record(s).get("items_at")
     if not isinstance(at, int):
         return s
-    return with_record(s, items=items(s)[:at])
+    return with_items(s, prefix(items(s), at))
 
 
 def _json(value: Any, what: str, sid: str) -> Any:
@@ -131,24 +151,31 @@ class FileSession:
             limit = getattr(self.session_settings, "limit", None)
         if limit == 0:
             return []
-        got = items(await run_sync(self._load))
-        return got if limit is None or limit < 0 else got[-limit:]
+        out: list[Item] = await run_sync(self._read, limit)
+        return out
 
     async def add_items(self, new: list[Item]) -> None:
         if not new:
             return
-        add = _json(list(new), "an item", self.session_id)
+        add = tuple(_json(list(new), "an item", self.session_id))
         await run_sync(self._mutate, lambda cur: (cur + add, None))
 
     async def pop_item(self) -> Item | None:
-        def pop(cur: list[Item]) -> tuple[list[Item], Item | None]:
-            return (cur[:-1], cur[-1]) if cur else (cur, None)
+        def pop(cur: Sequence[Item]) -> tuple[Sequence[Item], Item | None]:
+            n = len(cur)
+            return (prefix(cur, n - 1), cur[n - 1]) if n else (cur, None)
 
         out: Item | None = await run_sync(self._mutate, pop)
         return out
 
     async def clear_session(self) -> None:
-        await run_sync(self._mutate, lambda cur: ([], None))
+        await run_sync(self._mutate, lambda cur: ((), None) if len(cur) else (cur, None))
+
+    def _read(self, limit: int | None) -> list[Item]:
+        """The last ``limit`` items (None or negative: all), reading only the segments that
+        hold them; each read parses them afresh (the caller may change what it gets)."""
+        got = items(self._load())
+        return list(got if limit is None or limit < 0 else got[-limit:])
 
     def _load(self) -> Session | None:
         """The session (None if missing); a bad file raises and stays where it is."""
@@ -157,23 +184,32 @@ class FileSession:
         except SessionNotFound:
             return None
 
-    def _mutate(self, fn: Callable[[list[Item]], tuple[list[Item], Any]]) -> Any:
+    def _mutate(self, fn: Callable[[Sequence[Item]], tuple[Sequence[Item], Any]]) -> Any:
+        """``fn(items) -> (new items, result)`` committed (nothing if it returns the same
+        sequence). A write: a bad file is quarantined and an older session migrated by the
+        repair gate first (each an event)."""
+        from ._history import History
+        from ._repair import repair_session
+
         sid = self.session_id
         with self.store.commit_lock(sid):
             try:
                 s = self._load()
-            except UnreadableState:  # a write: the repair gate first (quarantined, an event)
-                from ._repair import repair_session
-
+            except UnreadableState:
                 repair_session(self.store, sid)
                 s = None
+            lane = s.lanes.get(KEY) if s is not None else None
+            if isinstance(lane, History) and lane.chain is None:  # inline: an older session
+                repair_session(self.store, sid)
+                s = self._load()
             cur = items(s)
             new, out = fn(cur)
+            if new is cur:
+                return out
             if s is None:
-                if new:
-                    self.store.create(sid, source=SOURCE, metadata={KEY: {"items": new}})
-            elif new != cur:
-                self.store.commit(with_record(s, items=new), s.version)
+                self.store.create(sid, source=SOURCE, lanes={KEY: new})
+            else:
+                self.store.commit(with_items(s, new), s.version)
             return out
 
 

@@ -90,7 +90,7 @@ def test_an_effectful_approved_call_in_doubt_is_parked(tmp_path: Path) -> None:
 
 
 def oa_items(root: Path) -> list[Any]:
-    return list(fsdurable.Store(root).load("chat").metadata["openai_agents"]["items"])
+    return list(fsdurable.Store(root).load("chat").lanes.get("openai_agents", ()))
 
 
 @pytest.mark.parametrize("source", ["desktop", "api"])
