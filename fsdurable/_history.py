@@ -136,6 +136,7 @@ def parse_segment(data: bytes, *, path: str, sid: str, sha: str, lane: str | Non
         first, prev, prev_sha = d["first"], d["prev"], d["prev_sha256"]
         msgs = d["items" if lane is not None else "messages"]
         if (d.get("session_id") != sid or d.get("lane") != lane
+                or (lane is not None and LANE_RE.fullmatch(lane) is None)
                 or not isinstance(d.get("node_id"), (str, type(None)))
                 or not isinstance(first, int) or isinstance(first, bool)
                 or not 0 <= first < _INT63 or not isinstance(msgs, list) or not msgs
@@ -143,7 +144,9 @@ def parse_segment(data: bytes, *, path: str, sid: str, sha: str, lane: str | Non
                 or (prev is not None and not (isinstance(prev, str) and NAME_RE.fullmatch(prev)
                                                and isinstance(prev_sha, str)
                                                and _SHA_RE.fullmatch(prev_sha)
-                                               and lane_of(prev) == lane))):
+                                               # a lane's: a lane's (reading it checks
+                                               # which: Chain._read_one)
+                                               and (lane_of(prev) is None) == (lane is None)))):
             raise ValueError("fields out of shape")
         if lane is None:
             conv = _conv()

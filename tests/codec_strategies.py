@@ -135,16 +135,43 @@ PREV = HistoryRef(count=1, head="000000000000-0123456789abcdef.json",
                   sha256="0123456789abcdef" * 4)
 
 
-def document(s: Session) -> bytes:
+def document(s: Session, lanes: dict[str, HistoryRef] | None = None) -> bytes:
     """The document bytes of ``s`` (format 4), its messages named as one segment (see
-    ``segment_of``; the segment is not written)."""
-    return encode_session(s, segment_of(s)[0] if s.messages else None)
+    ``segment_of``; the segment is not written), naming ``lanes``."""
+    return encode_session(s, segment_of(s)[0] if s.messages else None, lanes or {})
+
+
+LANE_NAMES = st.sampled_from(["openai_agents", "pydantic_ai_run", "x", "a" * 32])
+
+
+def lane_segment_of(sid: str, lane: str, values: tuple[Any, ...], first: int = 0
+                    ) -> tuple[HistoryRef, bytes]:
+    """The segment holding ``values`` in lane ``lane`` (not written) and the ref naming it."""
+    prev = None if first == 0 else HistoryRef(
+        count=1, head=f"{lane}-000000000000-0123456789abcdef.json",
+        sha256="0123456789abcdef" * 4)
+    name, sha, data = encode_segment(sid, first, prev, "node-a", values, lane)
+    return HistoryRef(count=first + len(values), head=name, sha256=sha), data
+
+
+@st.composite
+def lane_maps(draw: st.DrawFn) -> dict[str, HistoryRef]:
+    """The ``lanes`` a document may name (each its newest segment, not written)."""
+    out = {}
+    for lane in draw(st.lists(LANE_NAMES, max_size=2, unique=True)):
+        values = tuple(draw(st.lists(json_values(), min_size=1, max_size=3)))
+        out[lane] = lane_segment_of("s", lane, values, draw(st.sampled_from([0, 3])))[0]
+    return out
 
 
 @st.composite
 def segments(draw: st.DrawFn) -> bytes:
-    """Any segment the store could write: one message or more, first or later in its chain."""
+    """Any segment the store could write: one message or more, first or later in its chain,
+    or one value or more of a lane."""
     s = draw(sessions())
+    first = draw(st.sampled_from([0, 1, 7, 2**40]))
+    if draw(st.booleans()):
+        values = tuple(draw(st.lists(json_values(), min_size=1, max_size=3)))
+        return lane_segment_of(s.id, draw(LANE_NAMES), values, first)[1]
     msgs = (*s.messages, draw(messages))
-    return segment_of(attrs.evolve(s, messages=msgs),
-                      draw(st.sampled_from([0, 1, 7, 2**40])))[1]
+    return segment_of(attrs.evolve(s, messages=msgs), first)[1]

@@ -21,7 +21,8 @@ def test_workload_covers_the_issue(recording: explorer.Recording) -> None:
     assert recording.commits >= 50
     assert recording.sessions >= 5
     assert {"create", "checkpoint", "attempt", "patch", "end_turn", "cancel", "delete",
-            "repair", "sync_conflict", "segment_refused", "compaction"} <= recording.kinds
+            "repair", "sync_conflict", "segment_refused", "compaction",
+            "adapter_items"} <= recording.kinds
     ops = {op for op, _ in recording.ops}
     assert {"create", "write", "fsync", "rename", "unlink", "mkdir", "fsync_dir",
             "append"} <= ops

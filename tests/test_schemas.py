@@ -31,6 +31,7 @@ from .codec_strategies import (
     document,
     events,
     json_values,
+    lane_maps,
     manifests,
     markers,
     segments,
@@ -147,11 +148,13 @@ REPLACEMENTS = json_values(st.floats(min_value=-1e15, max_value=1e15).map(
 def _segment(data: bytes) -> Any:
     """parse_segment as a reader that reached it through its chain reads it (the digest and the
     session id are the ones that named it)."""
-    sid = json.loads(data).get("session_id")
+    d = json.loads(data)
+    sid, lane = d.get("session_id"), d.get("lane")
     if not isinstance(sid, str):
         raise UnreadableState("no session id", reason="wrong_type")
-    try:
-        parse_segment(data, path="x", sid=sid, sha=hashlib.sha256(data).hexdigest())
+    try:  # a reader reaches a lane's segment through that lane's chain
+        parse_segment(data, path="x", sid=sid, sha=hashlib.sha256(data).hexdigest(),
+                      lane=lane if isinstance(lane, str) else None)
     except HistoryUnavailable as e:
         raise UnreadableState(e.message, reason=e.reason) from e
     return type("Seg", (), {"session_id": sid})()
@@ -194,10 +197,11 @@ def _probe(d: dict[str, Any], path: tuple[Any, ...], value: Any) -> dict[str, An
 
 
 FILE_STRATEGIES: dict[str, Any] = {
-    "session": sessions(), "segment": segments(), "marker": markers, "event": events,
+    "session": st.tuples(sessions(), lane_maps()), "segment": segments(), "marker": markers,
+    "event": events,
     "manifest": manifests}
 ENCODERS: dict[str, Callable[[Any], bytes]] = {
-    "session": document, "segment": lambda b: b, "marker": _codec.encode_marker,
+    "session": lambda t: document(*t), "segment": lambda b: b, "marker": _codec.encode_marker,
     "event": _codec.encode_event, "manifest": _codec.encode_manifest}
 
 

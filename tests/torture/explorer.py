@@ -62,6 +62,8 @@ class Ack:
     start: int = 0  # number of ops done when it was called
     # the session's messages as acknowledged (read from its segments when it returned)
     messages: tuple[Any, ...] = ()
+    # its lanes' values as acknowledged (an adapter's items: exactly these, a pop included)
+    lanes: dict[str, tuple[Any, ...]] = attrs.Factory(dict)
 
 
 @attrs.define
@@ -79,6 +81,8 @@ class Recording:
     foreign: set[bytes] = attrs.Factory(set)
     # the messages of every commit made, by commit id
     messages: dict[str, tuple[Any, ...]] = attrs.Factory(dict)
+    # the lanes of every commit made, by commit id
+    lanes: dict[str, dict[str, tuple[Any, ...]]] = attrs.Factory(dict)
     # broken promises the workload saw itself (a lost update is consistent on disk)
     violations: list[str] = attrs.Factory(list)
 
@@ -102,9 +106,10 @@ class RecordingStore(Store):
         while late:  # the segment_after_document mutant: its segments written only now
             _write_segment_now(*late.pop(0))
         rec.results[(s.id, s.version)] = encode_session(s)
-        msgs = _quiet_messages(s)
+        msgs, lanes = _quiet_messages(s), _quiet_lanes(s)
         rec.messages[s.commit_id] = msgs
-        rec.acks.append(Ack(len(rec.ops), s.id, s, messages=msgs))
+        rec.lanes[s.commit_id] = lanes
+        rec.acks.append(Ack(len(rec.ops), s.id, s, messages=msgs, lanes=lanes))
         rec.commits += 1
         return s
 
@@ -131,13 +136,37 @@ def _quiet_messages(s: Session) -> tuple[Any, ...]:
         _fsio.set_recorder(prev)
 
 
+def lanes_of(s: Session) -> dict[str, tuple[Any, ...]]:
+    """Every non-empty lane's values (a lane an older session holds inline in its metadata
+    included: the same values, whichever form the file has)."""
+    from fsdurable._codec import INLINE_LANES
+
+    out = {k: tuple(v) for k, v in s.lanes.items() if len(v)}
+    for key, field in INLINE_LANES.items():
+        ns = s.metadata.get(key)
+        if (key not in out and isinstance(ns, dict) and isinstance(ns.get(field), list)
+                and ns[field]):
+            out[key] = tuple(ns[field])
+    return out
+
+
+def _quiet_lanes(s: Session) -> dict[str, tuple[Any, ...]]:
+    prev = _fsio.set_recorder(None)
+    try:
+        return lanes_of(s)
+    finally:
+        _fsio.set_recorder(prev)
+
+
 def _write_history(store: Store, s: Session) -> Session:
     """The commit function's step 0 (the messages not stored yet, as one segment)."""
     from fsdurable._history import History
 
     chain, segment = _commit.plan_history(store._ctx, s.id, s)
-    if segment is not None:
-        _commit.write_segment(store._ctx, s.id, *segment)
+    lanes, segments = _commit.plan_lanes(store._ctx, s.id, s)
+    for seg in ([segment] if segment is not None else []) + segments:
+        _commit.write_segment(store._ctx, s.id, *seg)
+    s = attrs.evolve(s, lanes={k: History(c) for k, c in lanes.items()})
     return attrs.evolve(s, messages=History(chain)) if chain is not None else s
 
 
@@ -363,6 +392,7 @@ def _workload(store: Store, rec: Recording, clock: Clock,
     store.patch("s0", lambda cur: attrs.evolve(cur, messages=tuple(
         attrs.evolve(m, content="rewritten") for m in cur.messages)))
     rec.kinds.add("compaction")
+    _adapter_items(store, rec)
     _sync_replace(store, rec)
     # leave one turn in progress (recovery has something to do) and delete two sessions, one
     # idle and one in progress
@@ -371,6 +401,32 @@ def _workload(store: Store, rec: Recording, clock: Clock,
     store.begin_turn("s3", "deleted while running")
     store.delete("s3")
     store.delete("s2")
+
+
+def _adapter_items(store: Store, rec: Recording) -> None:
+    """An Agents SDK session's items (a lane: storage.md): appended, popped within a segment
+    and across one (the document cut, nothing rewritten), appended after the cut, cleared and
+    begun again; an older session's inline items migrated by the repair gate at a write."""
+    import asyncio
+
+    from fsdurable.openai_agents import FileSession
+
+    fs = FileSession("oa", store)
+
+    async def work() -> None:
+        await fs.add_items([{"role": "user", "content": "hi"}])
+        await fs.add_items([{"type": "message", "n": i} for i in range(3)])
+        await fs.pop_item()
+        await fs.pop_item()
+        await fs.pop_item()  # the cut crosses into the first segment
+        await fs.add_items([{"n": "after the cut"}])
+        await fs.clear_session()
+        await fs.add_items([{"n": "again"}])
+
+    asyncio.run(work())
+    store.create("legacy", metadata={"openai_agents": {"items": [{"n": 0}, {"n": 1}]}})
+    asyncio.run(FileSession("legacy", store).add_items([{"n": 2}]))
+    rec.kinds.add("adapter_items")
 
 
 def _sync_replace(store: Store, rec: Recording) -> None:
@@ -432,7 +488,8 @@ def _parse_all(root: str, where: str) -> tuple[dict[str, Session], dict[str, Mar
             bad.append(f"{where}: unreadable file under a final name: sessions/{sid}.json ({e})")
             continue
         try:  # a document on disk names segments that are on disk, whole
-            tuple(sessions[sid].messages)
+            for seq in (sessions[sid].messages, *sessions[sid].lanes.values()):
+                tuple(seq)
         except HistoryUnavailable as e:
             bad.append(f"{where}: the history of sessions/{sid}.json does not read: {e}")
     for sid, path in _own_files(root, "markers").items():
@@ -507,6 +564,8 @@ def _check_acked(rec: Recording, acked: dict[str, Ack], sessions: dict[str, Sess
                 continue
             if lost:
                 out.append(f"{where}: session {sid} lost acknowledged messages")
+            if lanes_of(cur) != rec.lanes.get(cur.commit_id, a.lanes):
+                out.append(f"{where}: session {sid}'s lanes are not those acknowledged")
     if not after_startup:
         for sid, cur in sessions.items():
             if (sid not in acked and rec.results.get((sid, cur.version)) != raw.get(sid)
