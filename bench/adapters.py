@@ -18,12 +18,27 @@ timed interleaved round by round, so background load hits all of them alike:
   claude                ``from fsdurable.claude import FileSessionStore`` (no SDK import)
   claude_memory         ``from claude_agent_sdk import InMemorySessionStore``
 A framework that is not installed is left out (and named in ``missing``).
+
+Then the adapters' writes, side by side in one run (``add_items``; needs ``agents``, else the
+run fails: it never reports a comparison it did not make): the Agents SDK's
+``FileSession.add_items`` of one ~1 KB item to a session holding N = 10 and N = 1,000 items,
+against the SDK's own ``SQLiteSession`` (a file database: WAL, ``synchronous`` FULL, one fsync
+per commit) holding the same, interleaved round by round; before each call (untimed) the item
+the last call added is popped, so every call meets N items. Beside the time, the bytes each
+call sent to storage (``write_bytes`` of ``/proc/self/io``, whole pages) and passed to
+``write`` (``wchar``), per call. Two floors beside them, stdlib only, the same bytes:
+``floor_rename`` is what the format must do at least (the segment, then the document, each
+written to a new temp file, fsynced, renamed, its directory fsynced: four fsyncs), and
+``floor_append`` one append + fdatasync of the item to a file that exists (what a database log
+such as SQLite's WAL does).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import shutil
 import sys
 from typing import Any
 
@@ -33,6 +48,7 @@ from ._harness import (
     environment,
     log,
     measure,
+    ratio,
     run_child,
     script_main,
     write_result,
@@ -86,8 +102,149 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
             "interpreter)")
     body = {"params": p, "results": res, "over_interpreter_ms": over, "ratios": ratios,
             "commands": {k: c for k, (c, _) in CONTENDERS.items()}, "missing": missing}
+    body["add_items"] = add_items(quick, work)
+    r = body["add_items"]["ratios"]
+    body["targets"] = {
+        f"add_items_{n}_vs_sqlite": {"value": r[f"fsdurable_{n}_vs_sqlite_{n}"],
+                                     "target": "<= 1.5",
+                                     "met": r[f"fsdurable_{n}_vs_sqlite_{n}"] <= 1.5}
+        for n in body["add_items"]["sizes"]}
     write_result(out_dir, "adapters", env, body, quick=quick)
     return body
+
+
+ITEM_BYTES = 1000
+
+
+def _item(i: int) -> dict[str, Any]:
+    return {"type": "message", "role": "user" if i % 2 == 0 else "assistant",
+            "content": [{"type": "input_text", "text": f"{i} " + "w" * (ITEM_BYTES - 100)}]}
+
+
+def io_counters() -> dict[str, int]:
+    """This process's ``wchar`` and ``write_bytes`` (``/proc/self/io``: every thread's); raises
+    if absent: a figure that cannot be measured fails the run."""
+    with open("/proc/self/io", encoding="ascii") as f:
+        d = dict(line.split(": ") for line in f.read().splitlines())
+    return {"wchar": int(d["wchar"]), "write_bytes": int(d["write_bytes"])}
+
+
+def _floors(base: str, item: bytes, root: str, sid: str) -> dict[str, Any]:
+    """The two floors (module doc), with the sizes of fsdurable's own segment and document."""
+    seg_dir, doc_dir = os.path.join(base, "floor", "history"), os.path.join(base, "floor", "s")
+    os.makedirs(seg_dir)
+    os.makedirs(doc_dir)
+    with open(os.path.join(root, "sessions", sid + ".json"), "rb") as f:
+        doc = f.read()
+    segment = b'{"format":"fsdurable.segment/1","session_id":"c","lane":"x","first":1,' + \
+        b'"node_id":"n","prev":"' + b"0" * 40 + b'","prev_sha256":"' + b"0" * 64 + \
+        b'","items":[' + item + b"]}\n"
+    n = [0]
+
+    def put(directory: str, name: str, data: bytes) -> None:
+        tmp = os.path.join(directory, "~" + name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, os.path.join(directory, name))
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def rename_floor() -> None:
+        n[0] += 1
+        put(seg_dir, f"{n[0]:012d}.json", segment)
+        put(doc_dir, "c.json", doc)
+
+    log_fd = os.open(os.path.join(base, "floor", "log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                     0o600)
+
+    def append_floor() -> None:
+        os.write(log_fd, item + b"\n")
+        os.fdatasync(log_fd)
+
+    return {"floor_rename": rename_floor, "floor_append": append_floor}
+
+
+def add_items(quick: bool, work: str) -> dict[str, Any]:
+    """``FileSession.add_items`` vs ``SQLiteSession.add_items`` at N items (module doc)."""
+    import asyncio
+
+    from agents import SQLiteSession
+
+    import fsdurable
+    from fsdurable.openai_agents import FileSession
+
+    sizes = (10, 1000)
+    p = {"min_reps": 3, "max_reps": 5, "budget": 1.0, "warmup": 1} if quick else \
+        {"min_reps": 30, "max_reps": 200, "budget": 4.0, "warmup": 3}
+    base = os.path.join(work, "add_items")
+    shutil.rmtree(base, ignore_errors=True)
+    os.makedirs(base)
+    loop = asyncio.new_event_loop()
+    store = fsdurable.Store(os.path.join(base, "store"))
+    sessions: dict[str, Any] = {}
+    for n in sizes:
+        sessions[f"fsdurable_{n}"] = FileSession(f"chat{n}", store)
+        sessions[f"sqlite_{n}"] = SQLiteSession(f"chat{n}", os.path.join(base, f"sq{n}.db"))
+        for name in (f"fsdurable_{n}", f"sqlite_{n}"):
+            for lo in range(0, n, 100):  # a history built as a chat builds it: in batches
+                loop.run_until_complete(sessions[name].add_items(
+                    [_item(i) for i in range(lo, min(n, lo + 100))]))
+    one = [_item(10**6)]
+    state: dict[str, Any] = {"last": None, "at": io_counters(), "added": set()}
+
+    def account() -> None:
+        now, last = io_counters(), state["last"]
+        if last is not None:
+            for k in ("wchar", "write_bytes"):
+                io[last][k] += now[k] - state["at"][k]
+            io[last]["calls"] += 1
+
+    def setup(name: str) -> None:  # untimed: the last call's bytes, then back to N items
+        account()
+        if name in state["added"] and name in sessions:
+            loop.run_until_complete(sessions[name].pop_item())
+        state["added"].add(name)
+        state["at"], state["last"] = io_counters(), name
+
+    calls = {k: (lambda s=s: loop.run_until_complete(s.add_items(one)))
+             for k, s in sessions.items()}
+    calls.update(_floors(base, json.dumps(one[0]).encode(), store.root, f"chat{sizes[-1]}"))
+    io: dict[str, dict[str, int]] = {k: {"wchar": 0, "write_bytes": 0, "calls": 0}
+                                     for k in calls}
+    res = measure(calls, setup=setup, **p)
+    account()
+    state["last"] = None
+    for s in sessions.values():
+        if isinstance(s, SQLiteSession):
+            s.close()
+    loop.close()
+    per_call = {k: {"wchar": v["wchar"] / v["calls"], "write_bytes": v["write_bytes"] / v["calls"]}
+                for k, v in io.items() if v["calls"]}
+    if not any(v["write_bytes"] for v in per_call.values()):
+        raise RuntimeError("write_bytes stayed 0 (tmpfs?): bytes written cannot be measured here")
+    ratios = {f"fsdurable_{n}_vs_sqlite_{n}": ratio(res[f"fsdurable_{n}"], res[f"sqlite_{n}"])
+              for n in sizes}
+    ratios[f"fsdurable_{sizes[-1]}_vs_{sizes[0]}"] = ratio(res[f"fsdurable_{sizes[-1]}"],
+                                                          res[f"fsdurable_{sizes[0]}"])
+    for who in ("floor_rename", "floor_append"):
+        ratios[f"fsdurable_{sizes[-1]}_vs_{who}"] = ratio(res[f"fsdurable_{sizes[-1]}"], res[who])
+        ratios[f"{who}_vs_sqlite_{sizes[-1]}"] = ratio(res[who], res[f"sqlite_{sizes[-1]}"])
+    for k, v in res.items():
+        b = per_call.get(k)
+        log(f"  add_items {k}: {v['median'] * 1e3:.2f} ms" + (
+            f", {b['write_bytes']:.0f} bytes to storage, {b['wchar']:.0f} written per call"
+            if b else ""))
+    for k, v in ratios.items():
+        log(f"  add_items {k}: {v:.2f}x")
+    return {"params": p, "sizes": list(sizes), "item_bytes": len(json.dumps(one[0])),
+            "results": res, "bytes_per_call": per_call, "ratios": ratios}
 
 
 def section(d: dict[str, Any]) -> str:
@@ -97,9 +254,23 @@ def section(d: dict[str, Any]) -> str:
     r, over = d["results"], d["over_interpreter_ms"]
     rows = [[f"`{d['commands'][k]}`", f"{r[k]['median'] * 1e3:.0f} ms", f"+{over[k]:.0f} ms"]
             for k in r]
-    return ("A fresh `python -c` process per import, interleaved; the interpreter alone is the "
-            "first row.\n\n" + table(["import", "process (median)", "over the interpreter"],
-                                       rows))
+    out = ("A fresh `python -c` process per import, interleaved; the interpreter alone is the "
+           "first row.\n\n" + table(["import", "process (median)", "over the interpreter"],
+                                      rows))
+    a = d.get("add_items")
+    if a:
+        rows = []
+        for n in a["sizes"]:
+            for who, label in (("fsdurable", "`FileSession`"), ("sqlite", "`SQLiteSession`")):
+                k = f"{who}_{n}"
+                rows.append([f"{label} at {n:,} items", f"{a['results'][k]['median'] * 1e3:.2f} ms",
+                             f"{a['bytes_per_call'][k]['write_bytes'] / 1024:.1f} KiB",
+                             f"{a['bytes_per_call'][k]['wchar'] / 1024:.1f} KiB"])
+        out += (f"\n\n`add_items` of one {a['item_bytes']}-byte item, interleaved, each call "
+                "meeting the same N items:\n\n" + table(
+                    ["session", "add_items (median)", "to storage per call (write_bytes)",
+                     "written per call (wchar)"], rows))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
