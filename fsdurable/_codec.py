@@ -337,7 +337,13 @@ def parse_session(data: bytes, *, path: str | None = None, session_id: str | Non
 
 # lanes older adapter sessions held inline: metadata[key][field], a list (storage.md, "Older
 # adapter sessions"); read into the lane ``key`` in memory, stored by the next commit
-INLINE_LANES = {"openai_agents": "items"}
+INLINE_LANES = {"openai_agents": "items", "pydantic_ai_run": "messages"}
+
+
+def inline_lanes(s: Session) -> bool:
+    """Does ``s`` (as read) hold lane values an older fsdurable kept inline, not stored in
+    segments yet? The repair gate migrates such a session (``session_migrated``)."""
+    return any(isinstance(v, History) and v.chain is None for v in s.lanes.values())
 
 
 # the stdlib formats are re-exported: every on-disk format can be named from here
@@ -355,6 +361,7 @@ __all__ = [
     "encode_marker",
     "encode_session",
     "history_ref",
+    "inline_lanes",
     "lane_refs",
     "loads_strict",
     "migration",

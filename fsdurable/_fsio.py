@@ -260,9 +260,13 @@ def _writer() -> type[_Steps]:
 
 
 def write_atomic(
-    path: str, data: bytes, *, overwrite: bool = True, durable: bool = True
+    path: str, data: bytes, *, overwrite: bool = True, durable: bool = True,
+    dir_sync: bool = True
 ) -> os.stat_result:
     """Durably replace (or, ``overwrite=False``, create) ``path`` with ``data``.
+
+    ``dir_sync=False``: the file is fsynced, its directory is not — for a batch of files in one
+    directory whose caller fsyncs it once (``fsync_dir``) before anything names them.
 
     Returns the stat of the new file as it stands after the rename (taken through a descriptor
     of the same inode, so no other writer can slip in), for the caller to recognise its own write
@@ -278,7 +282,7 @@ def write_atomic(
             assert final is not None
         finally:
             writer.close_keep()
-    if durable:
+    if durable and dir_sync:
         try:
             fsync_dir(os.path.dirname(path))
         except OSError as e:  # renamed already: the new content is in place, not proven durable

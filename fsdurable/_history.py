@@ -417,5 +417,13 @@ class History(Sequence[_T]):
         return f"History({len(self)} messages, {self.stored} stored)"
 
 
+def extend(seq: Sequence[_T], more: Sequence[_T]) -> Sequence[_T]:
+    """``seq`` and then ``more``: a ``History`` keeps what it stores (the commit writes only
+    ``more``); any other sequence becomes a tuple."""
+    if isinstance(seq, History):
+        return seq.extended(more)
+    return (*seq, *more)
+
+
 __all__ = ["DEFAULT_MAX_BYTES", "LANE_RE", "NAME_RE", "Chain", "History", "HistoryRef",
-           "encode_segment", "lane_of", "parse_segment", "ref_from_dict", "segment_name"]
+           "encode_segment", "extend", "lane_of", "parse_segment", "ref_from_dict", "segment_name"]

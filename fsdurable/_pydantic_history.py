@@ -1,18 +1,22 @@
 """Where a durable Pydantic AI run keeps its conversation: small functions over one session.
 
-The session ``<id>`` (source ``pydantic-ai``) holds, under ``metadata["pydantic_ai_run"]``:
+The session ``<id>`` (source ``pydantic-ai``) holds the conversation's message history as
+Pydantic AI serialises it (``ModelMessagesTypeAdapter``, JSON mode, one value a message) in its
+lane ``pydantic_ai_run`` — write-once segments the document names (docs/storage.md, "Lanes"), so
+a checkpoint writes the messages added since the last one and the small document, not the whole
+conversation — as of the last checkpoint while a run is in progress, the whole conversation
+once it is over. Under ``metadata["pydantic_ai_run"]``:
 
-- ``messages``: the conversation's message history as Pydantic AI serialises it
-  (``ModelMessagesTypeAdapter``, JSON mode) — as of the last checkpoint while a run is in
-  progress, the whole conversation once it is over;
 - ``run``: the run in progress — its prompt and whether the history already holds this run's
   first request (``started``: a resume then sends no prompt);
 - ``paused``: the tool calls a run paused on (``DeferredToolRequests``: approvals and deferred
   calls, each ``tool_call_id``, ``tool_name``, ``args``) until a human answers them.
 
 Every function here returns a pure ``Session -> Session`` change for the turn protocol (applied
-in a read-modify-write commit, maybe more than once); encoding happens once, outside it. Only
-this module knows the layout, so a change of how conversations are stored is made here.
+in a read-modify-write commit, maybe more than once); each message is encoded once. Only this
+module knows the layout, so a change of how conversations are stored is made here. A session of
+an older fsdurable (the history inline, ``metadata["pydantic_ai_run"]["messages"]``) reads as
+before and is migrated by the repair gate before a run writes to it (``migrate``).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pydantic_ai.messages import (
 )
 
 from ._errors import InvalidState, UnreadableState
+from ._history import extend
 from ._model import REVIEW, Session
 from ._pydantic_ledger import call_key
 from ._turns import Change
@@ -61,13 +66,51 @@ def encode(messages: Sequence[ModelMessage]) -> list[Any]:
     return list(ModelMessagesTypeAdapter.dump_python(list(messages), mode="json"))
 
 
+def _stored(history: Sequence[ModelMessage]) -> Change:
+    """A change that stores ``history`` in the lane: the messages after the ones stored
+    (appended: the commit writes only them), or — the stored ones not its prefix (checked by
+    the last one stored: one segment read) — the whole of it as a new chain."""
+    done: dict[int, Any] = {}
+
+    def enc(i: int) -> Any:
+        if i not in done:
+            done[i] = encode([history[i]])[0]
+        return done[i]
+
+    def change(s: Session) -> Session:
+        lane = s.lanes.get(KEY, ())
+        n, m = len(lane), len(history)
+        if n <= m and (n == 0 or lane[n - 1] == enc(n - 1)):
+            new = extend(lane, tuple(enc(i) for i in range(n, m)))
+        else:
+            new = tuple(enc(i) for i in range(m))
+        return attrs.evolve(s, lanes={**s.lanes, KEY: new})
+
+    return change
+
+
+def migrate(store: Any, session_id: str) -> None:
+    """An older session (its history inline) migrated by the repair gate (an event) before a
+    run writes to it; nothing for any other."""
+    from ._codec import inline_lanes
+    from ._errors import SessionNotFound
+    from ._repair import repair_session
+
+    try:
+        s = store.load(session_id)
+    except (SessionNotFound, UnreadableState):
+        return  # none yet (the run creates it), or a bad file: the begin reports it
+    if inline_lanes(s):
+        repair_session(store, session_id)
+
+
 def messages(s: Session) -> list[ModelMessage]:
-    """The session's stored history ([] for a new conversation)."""
-    raw = _ns(s).get("messages")
-    if raw is None:
+    """The session's stored history ([] for a new conversation); reads the whole lane."""
+    raw = s.lanes.get(KEY)
+    if not raw:
         return []
     try:
-        return list(ModelMessagesTypeAdapter.validate_python(raw))
+        return list(ModelMessagesTypeAdapter.validate_python(list(raw)))
     except ValueError as e:
         raise UnreadableState(f"session {s.id!r} holds no valid Pydantic AI history: {e}",
                               session_id=s.id, reason="bad_history") from e
@@ -137,18 +180,19 @@ def begin_record(prompt: Any) -> Change:
 
 def checkpoint_record(history: Sequence[ModelMessage]) -> Change:
     """A node boundary: the history as a resume must see it."""
-    data = encode(history)
+    store = _stored(history)
 
     def change(s: Session) -> Session:
         rec = {**record(s), "started": True}
-        return _set(messages=data, run=rec)(s)
+        return _set(run=rec)(store(s))
 
     return change
 
 
 def end_record(history: Sequence[ModelMessage]) -> Change:
     """The run is over: the whole conversation kept, the run record gone."""
-    return _set(messages=encode(history), run=None, paused=None)
+    store, clear = _stored(history), _set(run=None, paused=None)
+    return lambda s: clear(store(s))
 
 
 def paused_record(history: Sequence[ModelMessage], requests: DeferredToolRequests) -> Change:
@@ -157,9 +201,11 @@ def paused_record(history: Sequence[ModelMessage], requests: DeferredToolRequest
         return [{"tool_call_id": p.tool_call_id, "tool_name": p.tool_name,
                  "args": p.args_as_dict()} for p in parts]
 
-    return _set(messages=encode(history), run=None,
-                paused={"approvals": calls(requests.approvals), "calls": calls(requests.calls)})
+    store = _stored(history)
+    rest = _set(run=None, paused={"approvals": calls(requests.approvals),
+                                  "calls": calls(requests.calls)})
+    return lambda s: rest(store(s))
 
 
 __all__ = ["KEY", "begin_record", "checkpoint_record", "encode", "end_record", "messages",
-           "paused", "paused_record", "record", "settled"]
+           "migrate", "paused", "paused_record", "record", "settled"]

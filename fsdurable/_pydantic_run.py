@@ -135,6 +135,7 @@ class FsDurableAgent:
         leaves the turn in progress (interrupted: recovery's to resume)."""
         store = self.store
         prompt = user_prompt if isinstance(user_prompt, str) else None
+        await run_sync(hist.migrate, store, session_id)  # an older session: the gate first
         t = await TurnRun.abegin(store, session_id, prompt, driver=DRIVER, attended=attended,
                                  change=hist.begin_record(user_prompt), create=True,
                                  source=DRIVER, lock_timeout=lock_timeout)

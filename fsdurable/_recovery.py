@@ -436,7 +436,7 @@ def _claim(store: Store, loop: Host, marker: Marker, pol: RecoveryPolicy, adopt:
         store.abandon_turn(sid, tid, reason="unreadable", moved_to=act.moved_to)
         _repair.repair_marker(store, sid)
         return attrs.evolve(base, outcome="abandoned", reason="unreadable")
-    if _repair.migrate_session(store, sid).action == "migrated":
+    if _repair.migrate_session(store, sid, loaded=s).action == "migrated":
         s = store.load(sid)  # an older format: rewritten by the gate, not by our next commit
     if not s.in_progress or s.turn is None:
         # a crash between the session write and the marker removal

@@ -300,20 +300,24 @@ def repair_session(store: Store, sid: str, *, dry_run: bool = False) -> Act:
 _FORMAT_RE = re.compile(rb'^\s*\{\s*"format"\s*:\s*"([^"\\]{1,64})"')
 
 
-def migrate_session(store: Store, sid: str, *, dry_run: bool = False) -> Act:
+def migrate_session(store: Store, sid: str, *, dry_run: bool = False,
+                    loaded: Session | None = None) -> Act:
     """A session of an older format is migrated here (``repair_session``: the gate's rules,
     ``session_migrated``) before recovery commits anything to it — its own commit would rewrite
     the file silently, outside the gate. The file's first bytes decide: one in the current
-    format (the usual case) costs a 1 KiB read and is left alone; anything else is judged whole.
+    format (the usual case) costs a 1 KiB read and is left alone — unless ``loaded`` (the
+    session as the caller just read it) holds an adapter's values inline (``inline_lanes``, an
+    older adapter session); anything else is judged whole.
     Reads never migrate: only recovery and ``doctor --repair`` call this."""
-    from ._codec import SESSION_FORMAT
+    from ._codec import SESSION_FORMAT, inline_lanes
 
     path = store.layout.session(sid)
     try:
         m = _FORMAT_RE.match(_fsio.read_prefix(path, 1024))
     except (OSError, UnreadableState):
         m = None  # gone, or not a file: the full judgement says what it is
-    if m is not None and m.group(1) == SESSION_FORMAT.encode():
+    if m is not None and m.group(1) == SESSION_FORMAT.encode() and not (
+            loaded is not None and inline_lanes(loaded)):
         return Act(NOTHING, path, sid)
     return repair_session(store, sid, dry_run=dry_run)
 

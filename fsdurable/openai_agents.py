@@ -158,7 +158,9 @@ class FileSession:
         if not new:
             return
         add = tuple(_json(list(new), "an item", self.session_id))
-        await run_sync(self._mutate, lambda cur: (cur + add, None))
+        from ._history import extend
+
+        await run_sync(self._mutate, lambda cur: (extend(cur, add), None))
 
     async def pop_item(self) -> Item | None:
         def pop(cur: Sequence[Item]) -> tuple[Sequence[Item], Item | None]:
@@ -188,7 +190,7 @@ class FileSession:
         """``fn(items) -> (new items, result)`` committed (nothing if it returns the same
         sequence). A write: a bad file is quarantined and an older session migrated by the
         repair gate first (each an event)."""
-        from ._history import History
+        from ._codec import inline_lanes
         from ._repair import repair_session
 
         sid = self.session_id
@@ -198,8 +200,7 @@ class FileSession:
             except UnreadableState:
                 repair_session(self.store, sid)
                 s = None
-            lane = s.lanes.get(KEY) if s is not None else None
-            if isinstance(lane, History) and lane.chain is None:  # inline: an older session
+            if s is not None and inline_lanes(s):  # an older session: its items inline
                 repair_session(self.store, sid)
                 s = self._load()
             cur = items(s)

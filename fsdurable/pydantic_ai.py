@@ -9,9 +9,11 @@ whose entries are immutable files:
   commit function, under the session's commit lock: the revision check and the write are one
   step, across threads and processes;
 - each ``ConversationEntry`` (one message, serialised with ``ModelMessagesTypeAdapter``) is its
-  own file ``entries/pydantic_ai/<entry_id>.json``, written once (temp, fsync, rename, directory
-  fsync) BEFORE the record that points at it, never rewritten: a save costs the new messages,
-  not the history. A crash between leaves unreferenced entries, never a record pointing at a
+  own file ``entries/pydantic_ai/<entry_id>.json``, written once (temp, fsync, rename; one
+  directory fsync for all the entries of a save) BEFORE the record that points at it, never
+  rewritten: a save costs the new messages, not the history — ``write_record`` with N new
+  entries does N + 3 fsyncs (each entry, the entries' directory once, the record and its
+  directory). A crash between leaves unreferenced entries, never a record pointing at a
   missing one;
 - ``delete_record`` deletes the record (an event); entries are kept (a concurrent save or fork
   may be about to point at them; nothing a user wrote is deleted silently);
@@ -42,7 +44,7 @@ from pydantic_ai.messages import ModelMessagesTypeAdapter
 from . import _fsio
 from ._aio import run_sync
 from ._async import StoreLike, as_store
-from ._errors import ConflictError, SessionNotFound, UnreadableState
+from ._errors import ConflictError, SessionNotFound, StorageError, UnreadableState
 from ._layout import validate_session_id
 from ._model import Session
 from ._pydantic_history import paused as paused_calls
@@ -141,6 +143,14 @@ class FileConversationStore(ConversationStore):
                 raise ConversationConflict(cid)  # a fork into history a delete released
             for e in new_entries:  # entries first: a record never points at a missing one
                 self._fs_write_entry(e)
+            if new_entries and self.store.config.fsync:  # their names durable, once for all
+                where = os.path.dirname(self._fs_entry_path(new_entries[0].id))
+                try:
+                    _fsio.fsync_dir(where)
+                except OSError as err:  # nothing names them yet: nothing is committed
+                    raise StorageError(f"conversation {cid!r} was not saved: the fsync of "
+                                       f"{where} failed: {err}", path=where,
+                                       errno=err.errno) from err
             data = _RECORD.dump_python(record, mode="json")
             if s is None:
                 self.store.create(sid, source=SOURCE, metadata={KEY: data})
@@ -163,6 +173,8 @@ class FileConversationStore(ConversationStore):
         return self.store.layout.entry(KEY, entry_id)
 
     def _fs_write_entry(self, e: ConversationEntry) -> None:
+        """Write one entry, fsynced, its directory not (the caller fsyncs it once for all the
+        entries of a save, also one that was there already: its name may not be durable)."""
         path = self._fs_entry_path(e.id)
         data = orjson.dumps({
             "format": ENTRY_FORMAT, "id": e.id, "parent_id": e.parent_id, "kind": e.kind,
@@ -171,7 +183,8 @@ class FileConversationStore(ConversationStore):
             _fsio.makedirs(os.path.dirname(path), durable=self.store.config.fsync)
             self._fs_entries_made = True
         try:
-            _fsio.write_atomic(path, data, overwrite=False, durable=self.store.config.fsync)
+            _fsio.write_atomic(path, data, overwrite=False, durable=self.store.config.fsync,
+                               dir_sync=False)
         except FileExistsError:
             old, _ = _fsio.read_bounded(path, self.store.config.max_file_bytes)
             if old != data:  # immutable: an id never names two different entries
@@ -257,7 +270,7 @@ def describe(store: StoreLike, s: Session, *, last: int = 20) -> dict[str, Any]:
         from ._pydantic_history import KEY as RUNS
         from ._pydantic_history import messages
 
-        if RUNS in s.metadata:  # a durable run's conversation (FsDurableAgent)
+        if RUNS in s.metadata or RUNS in s.lanes:  # a durable run's (FsDurableAgent)
             msgs = messages(s)
             return {"kind": "pydantic-ai durable run", "messages": len(msgs),
                     "last": [_brief(m) for m in msgs[-last:]]}
