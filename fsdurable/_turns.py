@@ -46,7 +46,7 @@ from . import _events as ev
 from . import _fsio
 from ._errors import ConflictError, SessionNotFound, TurnStateError, TurnStopped
 from ._layout import new_id
-from ._model import LedgerEntry, Session, with_entry
+from ._model import LedgerEntry, Message, Session, closed_turn, extended, with_entry
 from ._store import Store
 from ._tools import ToolContext
 
@@ -502,6 +502,7 @@ class TurnRun:
 
     def _close(self, change: Change | None, *, status: str, code: str,
                reply: str | None = None, reason: str | None = None, **detail: Any) -> Session:
+        doubt: list[dict[str, Any]] = []
         with self._mu:
             try:
                 if self._cancelled.is_set():
@@ -512,11 +513,12 @@ class TurnRun:
                     cur = self._ours(cur)
                     new = todo(cur) if todo is not None else cur
                     if reply is not None:
-                        from ._model import Message, extended
-
                         new = attrs.evolve(new, messages=extended(new.messages,
                                                                   Message("assistant", reply)))
-                    return attrs.evolve(new, in_progress=False, turn=None)
+                    # a call still at its intent may have run: to the review queue, never
+                    # dropped with the turn (a run failed or paused while a tool was out)
+                    new, doubt[:] = closed_turn(new, at=self.store.clock(), reason=status)
+                    return new
 
                 s = self._patch(finish)
                 self.session, self.pending, self.status = s, None, status
@@ -526,6 +528,9 @@ class TurnRun:
         self.store.emit(code, session_id=self.session_id, turn_id=self.turn_id, reason=reason,
                         status=status, driver=self.driver, run_id=self.run_id,
                         attempt_id=self.attempt_id, **detail)
+        if doubt:
+            self.store.emit(ev.REVIEW_REQUIRED, session_id=self.session_id,
+                            turn_id=self.turn_id, reason=status, calls=doubt)
         return s
 
     def cancel(self, *, unstarted: str | None = None) -> Session:
