@@ -367,7 +367,7 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
         src = self.threads.session(self.threads.sid(source_thread_id))
         if src is None:
             return
-        shead = lg.head_of(src)
+        shead = self.threads.head(src)
         idx = self.threads.index(src)
         shown = set(idx.ckpts.values())
         reffed = {b for n in shown

@@ -235,46 +235,90 @@ def run(*, exhaustive: bool = False) -> LgReport:
 # ---------------------------------------------------------------------- broken protocols
 
 
-def _record_not_durable(self: Any, sid: str, seq: int, kind: str, data: bytes) -> None:
-    _fsio.makedirs(self.layout.lg_thread(sid), durable=False)
-    _fsio.write_atomic(self.layout.lg_record(sid, seq, kind), data, durable=False)
+def _frames_not_durable(self: Any, sid: str, new: Any, frames: Any, *, migrating: bool) -> int:
+    """Threads._append with no fdatasync: an acknowledged put may be lost."""
+    from fsdurable._lgstore import Threads
+
+    durable, self._durable = self._durable, False
+    try:
+        return int(_ORIGINAL[(Threads, "_append")](self, sid, new, frames, migrating=migrating))
+    finally:
+        self._durable = durable
 
 
-def _head_before_records(self: Any, thread_id: str, fn: Any, through: Any = None) -> Any:
-    """Threads.mutate committing the head first, then writing the records it counts."""
-    from fsdurable._lgstore import head_of, new_head, thread_session_id
+def _document_before_frames(self: Any, thread_id: str, fn: Any, through: Any = None) -> Any:
+    """Threads.mutate committing the document (naming the log's new end) first, then
+    appending the frames it counts."""
+    from fsdurable._lgstore import HEAD_FORMAT, new_head
 
-    sid = thread_session_id(thread_id)
+    sid = self.sid(thread_id)
     with self.store.commit_lock(sid):
         s = self.session(sid)
-        head = head_of(s) if s is not None else new_head(str(thread_id))
+        head = self.head(s) if s is not None else new_head(str(thread_id))
         out = fn(s, head, head["seq"] + 1)
         if out is None:
             return s
         records, new, state = out
-        new["seq"] = head["seq"] + len(records)
-        s = through(s, new, state) if through is not None and s is not None \
+        new = {**new, "format": HEAD_FORMAT}
+        seq = head["seq"]
+        frames = []
+        for kind, data in records:
+            seq += 1
+            frames.append((kind, seq, data))
+        new["seq"] = seq
+        if frames:  # where the frames will end: the log's valid end + their size
+            from fsdurable import _lglog
+
+            view = self._view(s, head) if s is not None else None
+            at = (view.head_end or view.base) if view is not None else \
+                len(_lglog.encode_header(new["thread_id"], new["gen"], new["log"]["n"]))
+            size = sum(len(_lglog.encode_frame(
+                (k, q, b, _lglog.record_header(b, None)),
+                {k2: v for k2, v in new.items() if k2 not in ("run", "log")}
+                if i == len(frames) - 1 else None)) for i, (k, q, b) in enumerate(frames))
+            new["log"] = {**new["log"], "at": at + size}
+        s = through(s, new, state, False) if through is not None and s is not None \
             else self.commit(sid, s, new, state)
-        for i, (kind, data) in enumerate(records):
-            self._write_once(sid, head["seq"] + 1 + i, kind, data)
+        if frames:
+            self._append(sid, new, frames, migrating=False)
         return s
 
 
-LG_MUTANTS = {"record_not_durable": ("_write_once", _record_not_durable),
-              "head_before_records": ("mutate", _head_before_records)}
+def _append_at_the_end(path: str, offset: int, data: bytes, *, durable: bool = True) -> int:
+    """_fsio.append_at that never cuts a torn tail: it appends after it."""
+    import os
+
+    size = os.lstat(path).st_size
+    return int(_ORIGINAL[(_fsio, "append_at")](path, size, data, durable=durable)) \
+        - size + offset
+
+
+def _classes() -> dict[str, tuple[Any, str, Any]]:
+    from fsdurable._lgstore import Threads
+
+    return {"frames_not_durable": (Threads, "_append", _frames_not_durable),
+            "document_before_frames": (Threads, "mutate", _document_before_frames),
+            "torn_tail_not_cut": (_fsio, "append_at", _append_at_the_end)}
+
+
+LG_MUTANTS = ("frames_not_durable", "document_before_frames", "torn_tail_not_cut")
+_ORIGINAL: dict[tuple[Any, str], Any] = {}
 
 
 def run_mutant(name: str) -> LgReport:
-    from fsdurable._lgstore import Threads
-
-    attr, impl = LG_MUTANTS[name]
-    old = getattr(Threads, attr)
-    setattr(Threads, attr, impl)
+    """Record the workload with the saver's protocol broken as ``name`` says, then explore:
+    the explorer must find a violation."""
+    owner, attr, impl = _classes()[name]
+    old = getattr(owner, attr)
+    _ORIGINAL[(owner, attr)] = old
+    setattr(owner, attr, impl)
     try:
         with tempfile.TemporaryDirectory(dir=SHM, prefix="fsd-lgrec-") as base:
             rec = record(base)
+        if name == "torn_tail_not_cut":  # the reader, after the crash, writes with it too
+            return explore(rec, max_violations=1)
     finally:
-        setattr(Threads, attr, old)
+        setattr(owner, attr, old)
     return explore(rec, max_violations=1)
 
 
