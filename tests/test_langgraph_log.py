@@ -9,16 +9,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-import attrs
 import pytest
 
 pytest.importorskip("langgraph")
 
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
 
-from fsdurable import Config, Store, UnreadableState
+from fsdurable import UnreadableState
 from fsdurable._lgstore import thread_session_id
 from fsdurable.langgraph import FsDurableSaver
+from tests.torture.lgcrash import to_record_files
 
 CFG: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
 
@@ -84,24 +84,6 @@ def test_a_log_shorter_than_its_document_is_unreadable_never_older(tmp_path: Pat
     assert e.value.reason == "log_short"
 
 
-def to_record_files(root: Path) -> None:
-    """Rewrite thread "t" as the saver before the log wrote it: a record file per record and
-    an lghead/1 head counting them."""
-    store = Store(root, config=Config(fsync=False))
-    saver = FsDurableSaver(store)
-    sid = thread_session_id("t")
-    s = store.load(sid)
-    head = saver.threads.head(s)
-    d = root / "langgraph" / sid
-    for n, kind, *_ in saver.threads.present(s, head):
-        (d / f"{n:012d}.{kind}").write_bytes(saver.threads.raw(s, n, kind))
-    for f in d.glob("*.lglog"):
-        f.unlink()
-    old = {k: v for k, v in head.items() if k not in ("log", "legacy")}
-    old["format"] = "fsdurable.lghead/1"
-    store.commit(attrs.evolve(s, metadata={**s.metadata, "langgraph": old}), s.version)
-
-
 def test_a_thread_of_the_record_file_layout_is_read_migrated_and_copied(tmp_path: Path) -> None:
     root = tmp_path / "s"
     saver = FsDurableSaver(root)
@@ -111,7 +93,7 @@ def test_a_thread_of_the_record_file_layout_is_read_migrated_and_copied(tmp_path
     saver.put_writes(c, [("log", "w")], "task")
     before = snapshot(saver)
     saver.close()
-    to_record_files(root)
+    to_record_files(str(root), "t")
     d = root / "langgraph" / thread_session_id("t")
     assert len(list(d.glob("*.ckpt"))) == 4 and not list(d.glob("*.lglog"))
 

@@ -74,16 +74,68 @@ def view(saver: Any, thread: str) -> View:
     return out
 
 
-def record(base: str) -> LgRecording:
+def _step(step: int, run: str) -> tuple[Any, Any, Any]:
+    """Checkpoint, metadata and new versions of step ``step`` of the workload's threads."""
     from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
 
+    log = [f"m{i}" for i in range(step + 1)]  # a growing message list, as LangGraph's
+    cp = generate_checkpoint(channel_values={"log": log, "step": step},
+                             channel_versions={"log": step + 1, "step": step + 1})
+    if step >= 2:  # "step" unchanged: its blob stays in an older record
+        cp["channel_versions"]["step"] = 2
+        cp["channel_values"]["step"] = 1
+    nv = {"log": step + 1} if step >= 2 else {"log": step + 1, "step": step + 1}
+    md: Any = {"source": "loop", "step": step, "parents": {}, "run_id": run}
+    return cp, md, nv
+
+
+def to_record_files(root: str, thread: str) -> None:
+    """Rewrite ``thread`` as the saver before its log (lghead/1) wrote it: a file per record
+    (``<seq>.ckpt|.writes``) and a head counting them, no log."""
+    from fsdurable.langgraph import FsDurableSaver
+
+    store = Store(root, config=Config(fsync=False))
+    saver = FsDurableSaver(store)
+    sid = saver.threads.sid(thread)
+    s = store.load(sid)
+    head = saver.threads.head(s)
+    d = store.layout.lg_thread(sid)
+    for n, kind, *_ in saver.threads.present(s, head):
+        with open(os.path.join(d, f"{n:012d}.{kind}"), "wb") as f:
+            f.write(saver.threads.raw(s, n, kind))
+    for name in os.listdir(d):
+        if name.endswith(".lglog"):
+            os.unlink(os.path.join(d, name))
+    old = {k: v for k, v in head.items() if k not in ("log", "legacy")}
+    old["format"] = "fsdurable.lghead/1"
+    store.commit(attrs.evolve(s, metadata={**s.metadata, "langgraph": old}), s.version)
+
+
+def _legacy_thread(root: str, clock: Clock) -> tuple[Any, View]:
+    """Thread "old" in the record-file layout, made before the recording (its last config and
+    what it shows)."""
+    from fsdurable.langgraph import FsDurableSaver
+
+    saver = FsDurableSaver(Store(root, clock=clock))
+    cfg: Any = {"configurable": {"thread_id": "old", "checkpoint_ns": ""}}
+    for i in range(3):
+        cp, md, nv = _step(i, "ro")
+        cfg = saver.put(cfg, cp, md, nv)
+    saver.close()
+    to_record_files(root, "old")
+    fresh = FsDurableSaver(Store(root, clock=clock))
+    return cfg, view(fresh, "old")
+
+
+def record(base: str) -> LgRecording:
     from fsdurable.langgraph import FsDurableSaver
 
     root = os.path.join(base, "store")
     clock = Clock(time.time())
     Store(root, clock=clock)
-    rec = LgRecording(root=os.path.realpath(root), ops=[], calls=[], threads=[],
-                      snap=snapshot(root), kinds=set())
+    old_cfg, old_view = _legacy_thread(root, clock)
+    rec = LgRecording(root=os.path.realpath(root), ops=[], calls=[Call(0, 0, {"old": old_view})],
+                      threads=["old"], snap=snapshot(root), kinds=set())
     check = FsModel(root)
 
     def recorder(op: str, args: tuple[Any, ...]) -> None:
@@ -108,14 +160,7 @@ def record(base: str) -> LgRecording:
             cfg: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ns}}
             if parent is not None:
                 cfg["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
-            log = [f"m{i}" for i in range(step + 1)]  # a growing message list, as LangGraph's
-            cp = generate_checkpoint(channel_values={"log": log, "step": step},
-                                     channel_versions={"log": step + 1, "step": step + 1})
-            if step >= 2:  # "step" unchanged: its blob stays in an older record
-                cp["channel_versions"]["step"] = 2
-                cp["channel_values"]["step"] = 1
-            nv = {"log": step + 1} if step >= 2 else {"log": step + 1, "step": step + 1}
-            md: Any = {"source": "loop", "step": step, "parents": {}, "run_id": run}
+            cp, md, nv = _step(step, run)
             return call("put", thread, lambda: saver.put(cfg, cp, md, nv))
 
         def writes(thread: str, cfg: Any, task: str, ws: list[tuple[str, Any]]) -> None:
@@ -140,6 +185,9 @@ def record(base: str) -> LgRecording:
         call("delete_for_runs", "copy", lambda: saver.delete_for_runs(["r1"]))
         c3 = put("gone", None, 0, run="rg")  # a thread id reused after its deletion
         writes("gone", c3, "t9", [("log", "again")])
+        # the record-file layout: the first write migrates it, a prune copies it into a log
+        put("old", old_cfg, 3, run="ro")
+        call("prune_old", "old", lambda: saver.prune(["old"]))
     finally:
         _fsio.set_recorder(prev)
     return rec
@@ -255,6 +303,8 @@ def _document_before_frames(self: Any, thread_id: str, fn: Any, through: Any = N
     with self.store.commit_lock(sid):
         s = self.session(sid)
         head = self.head(s) if s is not None else new_head(str(thread_id))
+        if "log" not in head:  # the record-file layout: its migration is not what is broken
+            return _ORIGINAL[(type(self), "mutate")](self, thread_id, fn, through)
         out = fn(s, head, head["seq"] + 1)
         if out is None:
             return s
