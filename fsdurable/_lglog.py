@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -174,13 +174,19 @@ class LogView:
 
 def scan(path: str, view: LogView | None, max_frame: int) -> LogView | None:
     """The view of the log at ``path`` brought up to date (``view``: what was parsed before,
-    reused if it is of the same file and the file did not shrink); None if there is no file."""
+    reused if it is of the same file and the file did not shrink); None if there is no file,
+    or its header is torn (created by a write a crash cut short: nothing was appended to it)."""
     st = _fsio.lstat(path)
     if st is None:
         return None
     key = (st.st_dev, st.st_ino)
     if view is None or view.key != key or st.st_size < view.end:
-        hdr, base, st = _header_line(path)
+        try:
+            hdr, base, st = _header_line(path)
+        except UnreadableState as e:
+            if e.reason == "torn_header":
+                return None
+            raise
         view = LogView(key=(st.st_dev, st.st_ino), base=base, gen=str(hdr.get("gen")), end=base)
     if view.torn and st.st_size >= view.end:
         view.torn = False  # look again: a writer may have cut the tail and appended since
@@ -275,6 +281,21 @@ def record_header(data: bytes, path: str | None) -> dict[str, Any]:
         raise UnreadableState(f"record {path} is {head.get('format')!r}", path=path,
                               reason="unknown_version")
     return head
+
+
+def pending_writes(recs: Iterable[Record]) -> list[tuple[str, str, Typed, str, int]]:
+    """The pending writes of writes records (in record order): a repeated (task, idx >= 0)
+    keeps the first, a special (negative) index keeps the last; sorted by (task_path,
+    task_id, idx) as LangGraph's ``writes_sort_key``."""
+    kept: dict[tuple[str, int], tuple[str, str, Typed, str, int]] = {}
+    for rec in recs:
+        h = rec.header
+        for meta, typed in zip(h["parts"], rec.parts, strict=True):
+            key = (h["task_id"], meta[4])
+            if key[1] >= 0 and key in kept:
+                continue
+            kept[key] = (h["task_id"], meta[3], typed, h["task_path"], meta[4])
+    return sorted(kept.values(), key=lambda w: (w[3], w[0], w[4]))
 
 
 # ---------------------------------------------------------------------- heads

@@ -62,6 +62,7 @@ from ._lglog import (
     log_name,
     new_head,
     parse_record,
+    pending_writes,
     record_header,
     scan,
     thread_session_id,
@@ -93,6 +94,8 @@ class Threads:
         self._records: OrderedDict[tuple[str, str, int], Record] = OrderedDict()
         self._index: dict[str, tuple[tuple[str, int], _Index]] = {}  # sid -> (era, index)
         self._logs: dict[str, tuple[tuple[str, int], LogView]] = {}  # sid -> ((gen, n), view)
+        self._docs: dict[str, Session] = {}  # sid -> the document last read (checked by stat)
+        self._paths: dict[tuple[str, int], str] = {}
 
     # ------------------------------------------------------------------ reading
 
@@ -108,13 +111,36 @@ class Threads:
         return thread_session_id(thread_id)
 
     def session(self, sid: str) -> Session | None:
+        """The thread's document as on disk: the one last read or committed here if the file
+        is still that commit (the store's own check of its stat, a racy one confirmed from the
+        file's first bytes), else read again."""
+        st = _fsio.lstat(self.layout.session(sid))
+        with self._mu:
+            cached = self._docs.get(sid)
+        if st is not None and cached is not None \
+                and self.store._cache.session_ident(sid, self.layout.session(sid), st) \
+                == (cached.version, cached.commit_id):
+            return cached
         try:
-            return self.store.load(sid)
+            s = self.store.load(sid)
         except SessionNotFound:
             return None
+        with self._mu:
+            if len(self._docs) > _CACHE:
+                self._docs.clear()
+            self._docs[sid] = s
+        return s
 
     def log_path(self, sid: str, n: int) -> str:
-        return os.path.join(self.layout.lg_thread(sid), log_name(n))
+        with self._mu:
+            path = self._paths.get((sid, n))
+        if path is None:
+            path = os.path.join(self.layout.lg_thread(sid), log_name(n))
+            with self._mu:
+                if len(self._paths) > _CACHE:
+                    self._paths.clear()
+                self._paths[(sid, n)] = path
+        return path
 
     def _view(self, s: Session, h: dict[str, Any]) -> LogView | None:
         """The thread's log parsed up to its end (only the bytes new since the last call are
@@ -124,7 +150,7 @@ class Threads:
         with self._vmu:
             cached = self._logs.get(s.id)
             old = cached[1] if cached is not None and cached[0] == era else None
-            view = self._view_of(s.id, era[0], n, old)
+            view = scan(self.log_path(s.id, n), old, self._max)
             if view is None:
                 self._logs.pop(s.id, None)
                 return None
@@ -133,16 +159,6 @@ class Threads:
                                       session_id=s.id, reason="corrupt")
             self._logs[s.id] = (era, view)
             return view
-
-    def _view_of(self, sid: str, gen: str, n: int, old: LogView | None) -> LogView | None:
-        """``scan`` of log ``n``; None if there is none or its header is torn (created by a
-        write a crash cut short: nothing was appended to it)."""
-        try:
-            return scan(self.log_path(sid, n), old, self._max)
-        except UnreadableState as e:
-            if e.reason != "torn_header":
-                raise
-            return None
 
     def head(self, s: Session) -> dict[str, Any]:
         """The thread's head as it stands: the last one its log holds (the document's run
@@ -289,18 +305,8 @@ class Threads:
 
     def writes_of(self, s: Session, seqs: Iterable[int]
                   ) -> list[tuple[str, str, Typed, str, int]]:
-        """Pending writes of those records: a repeated (task, idx >= 0) keeps the first, a
-        special (negative) index keeps the last; sorted by (task_path, task_id, idx)."""
-        kept: dict[tuple[str, int], tuple[str, str, Typed, str, int]] = {}
-        for n in sorted(seqs):
-            rec = self.record(s, n, "writes")
-            h = rec.header
-            for meta, typed in zip(h["parts"], rec.parts, strict=True):
-                key = (h["task_id"], meta[4])
-                if key[1] >= 0 and key in kept:
-                    continue
-                kept[key] = (h["task_id"], meta[3], typed, h["task_path"], meta[4])
-        return sorted(kept.values(), key=lambda w: (w[3], w[0], w[4]))
+        """Pending writes of those records (``_lglog.pending_writes``)."""
+        return pending_writes(self.record(s, n, "writes") for n in sorted(seqs))
 
     def thread_ids(self) -> list[tuple[str, str]]:
         """(session id, thread id) of every thread, from one listing of ``sessions/``."""
@@ -371,8 +377,7 @@ class Threads:
 
     def ensure(self, thread_id: str) -> Session:
         """The thread's session, created (with a new head) if missing."""
-        got = self.mutate(thread_id, lambda s, head, _n: None if s is not None
-                          else ([], head, None))
+        got = self.mutate(thread_id, lambda s, h, _n: None if s is not None else ([], h, None))
         assert got is not None
         return got
 
@@ -390,7 +395,7 @@ class Threads:
                 _fsio.unlink(path, durable=False)
                 view = None
             else:
-                view = self._view_of(sid, new["gen"], n, view)
+                view = scan(path, view, self._max)
             if view is None:  # no log yet, or one whose header a crash tore: nothing in it
                 _fsio.makedirs(self.layout.lg_thread(sid), durable=self._durable)
                 _fsio.unlink(path, durable=False)
@@ -407,6 +412,11 @@ class Threads:
                 raise UnreadableState(f"the frames appended to {path} do not parse", path=path,
                                       reason="corrupt")
             self._logs[sid] = ((new["gen"], n), view)
+        with self._mu:  # the records just written: the next put reads its parent's refs
+            for _kind, seq, raw in frames:
+                self._records[(sid, new["gen"], seq)] = parse_record(raw, path=f"{sid}#{seq}")
+            while len(self._records) > _CACHE:
+                self._records.popitem(last=False)
         return end
 
     def _clear_dir(self, sid: str) -> None:

@@ -240,10 +240,14 @@ def check_state(rec: LgRecording, k: int, where_root: str, note: str) -> list[st
             cp = generate_checkpoint(channel_values={"log": ["after"]},
                                      channel_versions={"log": 999})
             saver.put(cfg, cp, {"source": "loop", "step": 99, "parents": {}}, {"log": 999})
-            tup = saver.get_tuple(cfg)
-            if tup is None or tup.checkpoint["id"] != cp["id"] \
-                    or tup.checkpoint["channel_values"] != {"log": ["after"]}:
-                out.append(f"{where}: a put after the crash is not the latest of {thread!r}")
+            # read back by this saver and by another process's (what is on disk, no cache)
+            other = FsDurableSaver(Store(where_root, config=Config(fsync=False)))
+            for reader in (saver, other):
+                tup = reader.get_tuple(cfg)
+                if tup is None or tup.checkpoint["id"] != cp["id"] \
+                        or tup.checkpoint["channel_values"] != {"log": ["after"]}:
+                    out.append(f"{where}: a put after the crash is not the latest of "
+                               f"{thread!r}")
         saver.close()  # the next crash state is another process: its runs' locks go
     except Exception:
         out.append(f"{where}: reading the threads raised\n{traceback.format_exc(limit=6)}")
