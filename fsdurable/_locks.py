@@ -1,4 +1,5 @@
-"""Cross-process, cross-thread exclusive locks on sidecar files (portalocker / flock).
+"""Cross-process, cross-thread exclusive locks on sidecar files (flock on POSIX; portalocker,
+``LockFileEx``, on Windows).
 
 Lock files live in the machine-local state dir (never in the store, so no sync tool carries them)
 and are never the file that gets replaced: locking a file that a rename swaps out locks nothing.
@@ -27,6 +28,12 @@ from typing import IO, Any
 from . import _fsio
 from ._errors import LockTimeout
 
+try:
+    import fcntl as _fcntl_mod
+
+    _fcntl: Any = _fcntl_mod if hasattr(_fcntl_mod, "flock") else None
+except ImportError:  # Windows: portalocker (LockFileEx)
+    _fcntl = None
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
@@ -61,6 +68,38 @@ def _lock_name(kind: str, key: str) -> str:
     return f"{kind}-{digest}.lock"
 
 
+def _try_lock(fh: IO[Any]) -> bool:
+    """One non-blocking attempt at the exclusive lock of ``fh``: True if it is ours now.
+
+    POSIX: ``flock(LOCK_EX | LOCK_NB)``, the very call portalocker makes there, without importing
+    portalocker: its import reads installed packages' metadata (``importlib.metadata``), 20-60 ms
+    that were most of a fresh process's first commit. Elsewhere (Windows: ``LockFileEx``):
+    portalocker, the mandated lock package. Both take the same lock, so processes of either path
+    exclude each other."""
+    if _fcntl is not None:
+        try:
+            _fcntl.flock(fh.fileno(), _fcntl.LOCK_EX | _fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+    import portalocker
+
+    try:
+        portalocker.lock(fh, portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING)
+    except portalocker.exceptions.LockException:
+        return False
+    return True
+
+
+def _unlock(fh: IO[Any]) -> None:
+    if _fcntl is not None:
+        _fcntl.flock(fh.fileno(), _fcntl.LOCK_UN)
+        return
+    import portalocker
+
+    portalocker.unlock(fh)
+
+
 class Locks:
     """The lock directory of one store."""
 
@@ -80,8 +119,6 @@ class Locks:
     def hold(self, kind: str, key: str, *, timeout: float, poll: float = 0.002,
              session_id: str | None = None) -> Iterator[None]:
         """Hold the exclusive ``kind`` lock for ``key``; LockTimeout after ``timeout`` seconds."""
-        import portalocker
-
         path = self._path(kind, key)
         with _HELD_MU:  # registered from the start: a lock taken later is on this open file
             fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, 0o600)
@@ -90,25 +127,20 @@ class Locks:
         try:
             deadline = time.monotonic() + timeout
             delay = poll
-            flags = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
-            while True:
-                try:
-                    portalocker.lock(fh, flags)
-                    break
-                except portalocker.exceptions.LockException as e:
-                    now = time.monotonic()
-                    if now >= deadline:
-                        raise LockTimeout(
-                            f"{kind} lock for {key!r} still held after {timeout:g}s",
-                            path=path, session_id=session_id, reason="timeout",
-                        ) from e
-                    time.sleep(min(delay, deadline - now))
-                    delay = min(delay * 2, 0.05)
+            while not _try_lock(fh):
+                now = time.monotonic()
+                if now >= deadline:
+                    raise LockTimeout(
+                        f"{kind} lock for {key!r} still held after {timeout:g}s",
+                        path=path, session_id=session_id, reason="timeout",
+                    )
+                time.sleep(min(delay, deadline - now))
+                delay = min(delay * 2, 0.05)
             try:
                 yield
             finally:
                 if not fh.closed:  # closed: this is a forked child, which never held it
-                    portalocker.unlock(fh)
+                    _unlock(fh)
         finally:
             with _HELD_MU:
                 _HELD.pop(fd, None)
