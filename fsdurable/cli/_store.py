@@ -283,8 +283,8 @@ def _doctor(args: argparse.Namespace) -> Result:
 
     st = open_store(args)
     with Progress(args, "doctor: " + ("scanning and repairing" if args.repair else "scanning")
-                  + f" {st.root}"):
-        findings = doctor(st, repair=args.repair)
+                  + f" {st.root}") as shown:
+        findings = doctor(st, repair=args.repair, progress=shown.update)
     left = problems(findings)
     rows = [[f.severity, f.code, f.session_id or "", "repaired" if f.repaired else
              (f.repair or ""), f.path, f.detail] for f in findings]
