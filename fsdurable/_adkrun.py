@@ -122,7 +122,7 @@ class Driver:
             return None
         approve = self.approve
         if confirmation is not None:  # the human answered ADK's request in THIS run
-            approve = (lambda c, r: bool(confirmation.confirmed))
+            approve = _answer(bool(confirmation.confirmed))
         req = ToolRequest(call_id, name, dict(args), owner.effect(name),
                           asks or name in owner.approvals)
         d: ToolDecision = await self.disk(t.before_tool, req, approve=approve)
@@ -255,7 +255,7 @@ async def live(owner: DurableRunner, user_id: str, sid: str, new_message: Any, a
 
     def change(s: Session) -> Session:
         assert s.turn is not None
-        ns = _ns(s)
+        tid, ns = s.turn.id, _ns(s)
         if ns and (ns.get("app_name"), ns.get("user_id")) != (owner.app_name, user_id):
             raise InvalidState(f"session {s.id!r} is another app's or user's ADK session",
                                session_id=s.id, reason="not_this_session")
@@ -265,7 +265,7 @@ async def live(owner: DurableRunner, user_id: str, sid: str, new_message: Any, a
                 "updated": owner.store.clock()}})
         got = _answered_invocation(s, content) if answers else inv
         return with_ns(s, run={"invocation_id": got or inv, "user_id": user_id,
-                               "input": doc, "turn_id": s.turn.id})
+                               "input": doc, "turn_id": tid})
 
     t = await TurnRun.abegin(owner.store, sid, None if answers else _text_of(content),
                              driver=DRIVER, attended=attended, change=change, create=True,
@@ -377,6 +377,10 @@ def final_reply(events: list[Event]) -> str | None:
         if text:
             return text
     return None
+
+
+def _answer(yes: bool) -> Approver:
+    return lambda ctx, req: yes
 
 
 def _text(result: Any) -> str:
