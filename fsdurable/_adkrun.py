@@ -215,7 +215,7 @@ class _Plugin(BasePlugin):
 def _runner(owner: DurableRunner, d: Driver) -> Runner:
     app = App(name=owner.app_name, root_agent=owner.agent,
               plugins=[_Plugin(d), *owner.plugins], resumability_config=_resumable())
-    return Runner(app=app, session_service=owner.session_service)
+    return Runner(app=app, session_service=owner.session_service, **owner.services)
 
 
 # ---------------------------------------------------------------------------------- live runs

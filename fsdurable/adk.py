@@ -321,12 +321,19 @@ class DurableRunner:
     ``idempotent`` | ``external`` (undeclared: ``external``, the worst); ``approvals``: names of
     tools that need a human's approval besides those ADK already asks a confirmation for
     (``FunctionTool(..., require_confirmation=...)``). ``session_service``: the
-    ``FileSessionService`` the runs write through (``store`` is its store)."""
+    ``FileSessionService`` the runs write through (``store`` is its store). ``services``:
+    ADK's other services for its ``Runner`` (``artifact_service``, ``memory_service``,
+    ``credential_service``): theirs, not fsdurable's."""
 
     def __init__(self, agent: Any, *, app_name: str, store: StoreLike = None,
                  plugins: list[Any] | None = None, effects: Mapping[str, str] | None = None,
                  approvals: frozenset[str] | set[str] = frozenset(),
-                 debounce: float | None = None) -> None:
+                 debounce: float | None = None, **services: Any) -> None:
+        unknown = set(services) - {"artifact_service", "memory_service", "credential_service"}
+        if unknown:
+            raise TypeError(f"DurableRunner() got an unexpected keyword argument "
+                            f"{sorted(unknown)[0]!r}")
+        self.services = services
         self.agent, self.app_name = agent, app_name
         self.session_service = FileSessionService(store)
         self.store = self.session_service.store

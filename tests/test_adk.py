@@ -8,6 +8,7 @@ import asyncio
 import json
 import subprocess
 import threading
+from contextlib import aclosing
 from pathlib import Path
 from typing import Any
 
@@ -267,6 +268,24 @@ def test_cancelling_the_task_ends_the_turn_for_good(tmp_path: Path) -> None:
     assert asyncio.run(adk.recover(r)).outcomes == ()
 
 
+def test_leaving_the_event_stream_early_cancels_the_turn(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ADK_LOG", str(tmp_path / "log"))
+    r = runner(tmp_path)
+
+    async def main() -> None:
+        async with aclosing(r.run_async(user_id="ana", session_id="chat",
+                                        new_message="pay order 7")) as events:
+            async for e in events:
+                if e.get_function_calls():  # the lookup call: stop listening
+                    break
+
+    asyncio.run(main())
+    assert r.store.interrupted() == [] and not r.store.load("chat").in_progress
+    assert [e.code for e in r.store.events("chat")] == ["turn_started", "turn_cancelled"]
+    assert not any(x.startswith("pay ") for x in lines(tmp_path / "log"))
+
+
 def test_recover_leaves_other_drivers_alone_and_the_loop_leaves_adk_runs(
         tmp_path: Path) -> None:
     root, log = tmp_path / "store", tmp_path / "log"
@@ -394,3 +413,17 @@ def test_a_long_debounce_loses_checkpoints_never_the_ledger(tmp_path: Path, kill
     assert (o["outcome"], o["status"]) == ("resumed", "completed")
     assert sum(x.startswith("pay ") for x in lines(log)) == 1, lines(log)
     assert out["messages"] == uncrashed["messages"]
+
+
+def test_show_describes_an_adk_session(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from fsdurable.cli import main
+
+    r = runner(tmp_path)
+    asyncio.run(r.run(user_id="ana", session_id="chat", new_message="pay order 7"))
+    assert main(["show", "chat", "--root", str(tmp_path / "store"), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["adapter"] == {"kind": "adk session", "app_name": "shop", "user_id": "ana",
+                            "events": 7, "run": None}
+    assert main(["show", "chat", "--root", str(tmp_path / "store")]) == 0
+    assert "ADK session of app 'shop', user 'ana': 7 events" in capsys.readouterr().out
