@@ -245,6 +245,55 @@ def _answered_invocation(s: Session, c: types.Content) -> str | None:
     return None
 
 
+def settled(s: Session, now: float) -> Session:
+    """The session a new run starts from. Function calls without a response belong to a turn
+    that ended without finishing them (parked for review, cancelled, abandoned): each gets a
+    response the model can read — the human's review answer, "in doubt" while parked, else "no
+    result" — so the conversation stays valid and nothing runs them again by itself. (ADK's own
+    confirmation requests are left to ADK.)"""
+    from ._model import REVIEW
+    from ._review import answer_of
+
+    evs = events_of(s)
+    answered = {p["function_response"].get("id") for e in evs
+                for p in (e.get("content") or {}).get("parts") or ()
+                if isinstance(p, dict) and isinstance(p.get("function_response"), dict)}
+    turns: set[str] = set()  # the turns whose calls were parked (open or closed reviews)
+    parked: set[str] = set()
+    for k in (REVIEW, "review_closed"):
+        got = s.metadata.get(k)
+        if isinstance(got, dict):
+            for c in got.get("calls") or ():
+                if isinstance(c, dict):
+                    turns.add(str(c.get("turn_id") or got.get("turn_id")))
+                    if k == REVIEW:
+                        parked.add(str(c.get("tool_call_id")))
+    add = []
+    for e in evs:
+        for p in (e.get("content") or {}).get("parts") or ():
+            fc = p.get("function_call") if isinstance(p, dict) else None
+            if not isinstance(fc, dict) or fc.get("id") in answered or \
+                    fc.get("name") == "adk_request_confirmation":
+                continue
+            cid = str(fc.get("id"))
+            a = next((x for t in sorted(turns) if (x := answer_of(s, t, cid)) is not None),
+                     None)
+            if isinstance(a, dict) and a.get("answer") == "ran":
+                text = "ran: a human confirmed this call ran (its result was not recorded)"
+            elif isinstance(a, dict):
+                text = "not run: a human confirmed this call did not run"
+            elif cid in parked:
+                text = ("outcome unknown: the process died during this call; it was not "
+                        "repeated and waits for a human's review")
+            else:
+                text = "no result: the turn ended before this call's result was recorded"
+            add.append({"invocation_id": e.get("invocation_id"), "author": e.get("author"),
+                        "id": str(uuid.uuid4()), "timestamp": now,
+                        "content": {"role": "user", "parts": [{"function_response": {
+                            "id": cid, "name": fc.get("name"), "response": {"result": text}}}]}})
+    return with_ns(s, events=[*evs, *add]) if add else s
+
+
 async def live(owner: DurableRunner, user_id: str, sid: str, new_message: Any, attended: bool,
                approve: Approver | None, run_config: Any, lock_timeout: float | None,
                holder: list[Driver] | None = None) -> AsyncIterator[Event]:
@@ -264,6 +313,8 @@ async def live(owner: DurableRunner, user_id: str, sid: str, new_message: Any, a
                 "app_name": owner.app_name, "user_id": user_id, "state": {}, "events": [],
                 "updated": owner.store.clock()}})
         got = _answered_invocation(s, content) if answers else inv
+        if not answers:
+            s = settled(s, owner.store.clock())
         return with_ns(s, run={"invocation_id": got or inv, "user_id": user_id,
                                "input": doc, "turn_id": tid})
 

@@ -427,3 +427,33 @@ def test_show_describes_an_adk_session(tmp_path: Path,
                             "events": 7, "run": None}
     assert main(["show", "chat", "--root", str(tmp_path / "store")]) == 0
     assert "ADK session of app 'shop', user 'ana': 7 events" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("ran", [True, False])
+def test_after_review_the_next_run_tells_the_model_what_the_human_answered(
+        tmp_path: Path, ran: bool) -> None:
+    root, log = tmp_path / "store", tmp_path / "log"
+    killed(root, log, "pay")
+    [o] = recovered(root, log)["report"]["outcomes"]
+    assert o["outcome"] == "review_required"
+    store = fsdurable.Store(root)
+    fsdurable.answer_review(store, "chat", ran=ran)
+    seen: list[Any] = []
+
+    class Probe(Scripted):
+        async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
+            seen.extend(p.function_response.response for c in llm_request.contents
+                        for p in c.parts or () if p.function_response)
+            async for x in super().generate_content_async(llm_request, stream):
+                yield x
+
+    agent = LlmAgent(name="payer", model=Probe(calls=(), reply="ok"),
+                     tools=[adk_agent.lookup, adk_agent.pay])
+    r = adk.DurableRunner(agent, app_name="shop", store=store)
+    out = asyncio.run(r.run(user_id="ana", session_id="chat", new_message="and now?",
+                            attended=True))
+    assert (out.status, out.reply) == ("completed", "ok")
+    assert seen[-1] == {"result": "ran: a human confirmed this call ran (its result was not "
+                                  "recorded)" if ran else
+                        "not run: a human confirmed this call did not run"}
+    assert sum(x.startswith("pay ") for x in lines(log)) == 1  # never run again by itself
