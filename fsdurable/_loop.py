@@ -214,6 +214,7 @@ class AgentLoop:
     # ------------------------------------------------------------------ the turn
 
     async def _drive(self, t: TurnRun, io: IO) -> TurnResult:
+        t.debounce = self.config.checkpoint_debounce  # the loop's config, not the store's
         run = _Run(t, t.session)
         sid = t.session_id
         with self._mu:

@@ -212,9 +212,10 @@ def review_record(turn_id: str, entries: Iterable[LedgerEntry], *, at: float, re
 
 
 def closed_turn(s: Session, *, at: float, reason: str) -> tuple[Session, list[dict[str, Any]]]:
-    """``s`` with its turn ended without running on (cancelled, abandoned) — and its in-doubt
-    calls (an intent, no outcome: they may have run) put in the review queue, never dropped —
-    and the calls so parked. The one shape of every such end (store.cancel, abandon_turn)."""
+    """``s`` with its turn ended — and its in-doubt calls (an intent, no outcome: they may have
+    run) put in the review queue, never dropped — and the calls so parked. The one shape of
+    every end of a turn but a plain completion with nothing in doubt: store.cancel,
+    abandon_turn, and TurnRun's end/pause/fail (``reason``: why it ended)."""
     import attrs as _attrs
 
     assert s.turn is not None

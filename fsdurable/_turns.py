@@ -44,9 +44,9 @@ import attrs
 
 from . import _events as ev
 from . import _fsio
+from ._begin import abegin_locked, begin_locked
 from ._errors import ConflictError, SessionNotFound, TurnStateError, TurnStopped
-from ._layout import new_id
-from ._model import LedgerEntry, Session, with_entry
+from ._model import LedgerEntry, Message, Session, closed_turn, extended, with_entry
 from ._store import Store
 from ._tools import ToolContext
 
@@ -139,22 +139,11 @@ class TurnRun:
         ledger and attempt count kept, a new attempt id (``turn_started`` says
         ``continued``): a framework whose user re-invokes an interrupted run (LangGraph's
         ``invoke(None)``) runs the same turn, so an in-doubt call stays in doubt."""
-        route = cls._route(store, session_id, create=create, source=source)
-        while True:
-            hold = contextlib.ExitStack()
-            hold.enter_context(store.lock(route, timeout=lock_timeout))
-            try:
-                got = cls._start(store, session_id, content, route, driver, attended, change,
-                                 resume=resume)
-            except BaseException:
-                hold.close()
-                raise
-            if isinstance(got, str):  # re-routed while we waited: take its new route
-                route = got
-                hold.close()
-                continue
-            return cls(store, got, driver=driver, attended=attended, resumed=False, clock=clock,
-                       hold=hold)
+        s, hold = begin_locked(store, session_id, content, driver=driver, attended=attended,
+                               change=change, create=create, source=source,
+                               lock_timeout=lock_timeout, resume=resume)
+        return cls(store, s, driver=driver, attended=attended, resumed=False, clock=clock,
+                   hold=hold)
 
     @classmethod
     async def abegin(cls, store: Store, session_id: str, content: str | None = None, *,
@@ -166,96 +155,11 @@ class TurnRun:
         A task cancelled while its begin commit runs gets no turn: the commit happened (it is
         never stopped half-way), so the turn it began is cancelled at once (``turn_cancelled``)
         — it never comes back at the next start."""
-        from ._aio import run_sync
-        from ._async import _acquire
-
-        route = await run_sync(cls._route, store, session_id, create=create, source=source)
-        timeout = store.config.route_lock_timeout if lock_timeout is None else lock_timeout
-        while True:
-            held = await _acquire(store, route, timeout)
-            hold = contextlib.ExitStack()
-            hold.push(held.__exit__)
-            made: list[Session] = []
-            try:
-                got = await run_sync(cls._start, store, session_id, content, route, driver,
-                                     attended, change, made)
-            except BaseException:
-                if made and made[0].turn is not None:
-                    tid = made[0].turn.id
-                    await run_sync(store.cancel, session_id, turn_id=tid)
-                await run_sync(hold.close)
-                raise
-            if isinstance(got, str):
-                route = got
-                await run_sync(hold.close)
-                continue
-            return cls(store, got, driver=driver, attended=attended, resumed=False, clock=clock,
-                       hold=hold)
-
-    @staticmethod
-    def _start(store: Store, sid: str, content: str | None, route: str, driver: str,
-               attended: bool, change: Change | None,
-               made: list[Session] | None = None, *, resume: bool = False) -> Session | str:
-        """Under the route lock: the begin commit, or the session's new route if it was
-        re-routed before the lock was taken."""
-        from ._model import turn_driver
-
-        cur = store.load(sid)
-        if cur.in_progress and cur.turn is not None and resume and \
-                turn_driver(cur) == driver and content is None:
-            if cur.turn.route_key and cur.turn.route_key != route:
-                return cur.turn.route_key  # the turn's own route is the lock to hold
-            return TurnRun._continue(store, cur, driver, attended, change)
-        current = cur.route_key
-        if current != route:
-            return current
-        run_id, attempt_id = new_id(), new_id()
-
-        def start(s: Session) -> Session:
-            assert s.turn is not None
-            s = attrs.evolve(s, turn=attrs.evolve(s.turn, driver=driver, run_id=run_id,
-                                                  attempt_id=attempt_id))
-            return change(s) if change is not None else s
-
-        s = store.begin_turn(sid, content, route_key=route, change=start,
-                             detail={"driver": driver, "run_id": run_id,
-                                     "attempt_id": attempt_id, "attended": attended})
-        if made is not None:
-            made.append(s)
-        return s
-
-    @staticmethod
-    def _continue(store: Store, cur: Session, driver: str, attended: bool,
-                  change: Change | None) -> Session:
-        """``begin(resume=True)`` on a turn a dead run left in progress: a new attempt id."""
-        assert cur.turn is not None
-        attempt_id, tid = new_id(), cur.turn.id
-
-        def go(s: Session) -> Session:
-            if not s.in_progress or s.turn is None or s.turn.id != tid:
-                raise ConflictError(f"session {s.id!r} moved on", session_id=s.id,
-                                    reason="moved")
-            s = attrs.evolve(s, turn=attrs.evolve(s.turn, attempt_id=attempt_id))
-            return change(s) if change is not None else s
-
-        s = store.patch(cur.id, go)
-        assert s.turn is not None
-        store.emit(ev.TURN_STARTED, session_id=s.id, turn_id=tid, driver=driver,
-                   run_id=s.turn.run_id, attempt_id=attempt_id, attended=attended,
-                   continued=True)
-        return s
-
-    @staticmethod
-    def _route(store: Store, sid: str, *, create: bool, source: str) -> str:
-        try:
-            return store.load(sid).route_key
-        except SessionNotFound:
-            if not create:
-                raise
-            try:
-                return store.create(sid, source=source).route_key
-            except ConflictError:  # created meanwhile by another writer
-                return store.load(sid).route_key
+        s, hold = await abegin_locked(store, session_id, content, driver=driver,
+                                      attended=attended, change=change, create=create,
+                                      source=source, lock_timeout=lock_timeout)
+        return cls(store, s, driver=driver, attended=attended, resumed=False, clock=clock,
+                   hold=hold)
 
     @classmethod
     def claimed(cls, store: Store, session: Session, *,
@@ -502,6 +406,7 @@ class TurnRun:
 
     def _close(self, change: Change | None, *, status: str, code: str,
                reply: str | None = None, reason: str | None = None, **detail: Any) -> Session:
+        doubt: list[dict[str, Any]] = []
         with self._mu:
             try:
                 if self._cancelled.is_set():
@@ -512,11 +417,12 @@ class TurnRun:
                     cur = self._ours(cur)
                     new = todo(cur) if todo is not None else cur
                     if reply is not None:
-                        from ._model import Message, extended
-
                         new = attrs.evolve(new, messages=extended(new.messages,
                                                                   Message("assistant", reply)))
-                    return attrs.evolve(new, in_progress=False, turn=None)
+                    # a call still at its intent may have run: to the review queue, never
+                    # dropped with the turn (a run failed or paused while a tool was out)
+                    new, doubt[:] = closed_turn(new, at=self.store.clock(), reason=status)
+                    return new
 
                 s = self._patch(finish)
                 self.session, self.pending, self.status = s, None, status
@@ -526,6 +432,9 @@ class TurnRun:
         self.store.emit(code, session_id=self.session_id, turn_id=self.turn_id, reason=reason,
                         status=status, driver=self.driver, run_id=self.run_id,
                         attempt_id=self.attempt_id, **detail)
+        if doubt:
+            self.store.emit(ev.REVIEW_REQUIRED, session_id=self.session_id,
+                            turn_id=self.turn_id, reason=status, calls=doubt)
         return s
 
     def cancel(self, *, unstarted: str | None = None) -> Session:

@@ -21,7 +21,7 @@ import pytest
 
 import fsdurable
 from tests.conformance import drivers as _drivers
-from tests.conformance.harness import GUARDED, IDEM, PAY, World, outcomes_for
+from tests.conformance.harness import GUARDED, IDEM, PAY, World, forked, outcomes_for
 
 REQUIRED = {"loop", "langgraph", "langgraph_async", "openai_agents"}
 MODULES = sorted(m.name for m in pkgutil.iter_modules(_drivers.__path__))
@@ -71,8 +71,10 @@ def events(w: World, code: str | None = None) -> list[fsdurable.Event]:
 def test_a_live_run_holds_its_route_lock_for_its_whole_life(world: World, drv: str) -> None:
     """A second process's recover, while the run is live (inside a slow tool), reports the turn
     ``busy`` and never runs it: the tool runs once, the turn completes once."""
-    # 15 s: the second process imports its framework first (LangGraph: 5 s on a loaded machine)
-    live = world.start(drv, "live", SID, PAY, FSDC_SLEEP="lookup:15")
+    # long enough for the second process to start: forked, at once; exec'd, it imports its
+    # framework first (LangGraph: 5 s on a loaded machine)
+    slow = 4 if forked(drv) else 15
+    live = world.start(drv, "live", SID, PAY, FSDC_SLEEP=f"lookup:{slow}")
     try:
         world.wait_for("lookup")
         rec = world.run(drv, "recover", SID, PAY)
@@ -281,3 +283,21 @@ def test_an_exhausted_turn_in_doubt_goes_to_review_never_dropped(world: World,
     assert q["tool"] == "charge" and q["arguments"] == {"amount": 5, "to": "acme"}
     assert not st.interrupted()
 
+
+
+# 10. ------------------------------------------------------------------------------------
+
+
+def test_a_run_ended_by_an_exception_never_drops_a_call_in_doubt(world: World, drv: str) -> None:
+    """Ctrl-C inside ``charge`` after its effect: however the driver's framework ends the run —
+    the turn left interrupted for recovery, or ended as failed — the call that may have run
+    goes to the review queue with its arguments: never dropped, never run again."""
+    live = world.run(drv, "live", SID, PAY, FSDC_RAISE="charge:after")
+    assert live.returncode != 0, live.answer
+    rec = world.run(drv, "recover", SID, PAY)
+    assert rec.returncode == 0, rec.stderr
+    st = store(world)
+    [q] = [c for c in fsdurable.review_queue(st) if c["session_id"] == SID]
+    assert q["tool"] == "charge" and q["arguments"] == {"amount": 5, "to": "acme"}
+    assert len(world.effects_of("charge")) == 1
+    assert not st.interrupted() and not st.load(SID).in_progress

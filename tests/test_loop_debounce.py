@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -56,3 +57,25 @@ def test_debounce_property(turn: list[list[tuple[str, float]]], debounce: float)
         assert 0 <= debounced <= (now[0] - start) / debounce
         boundaries = 2 * len(turn)
         assert debounced <= boundaries
+
+
+def test_the_loops_own_config_sets_its_debounce(tmp_path: Path) -> None:
+    """``AgentLoop(store, ..., config)``: the loop's config decides its checkpoint debounce, not
+    the store's (a loop given ``checkpoint_debounce=0`` commits at every phase boundary)."""
+    now = [1_000.0]
+    store = Store(tmp_path, config=Config(fsync=False, checkpoint_debounce=60.0),
+                  clock=lambda: now[0])
+    steps = [Reply("b0", [call("none", "c0", dt=0.0, i="0")]),
+             Reply("b1", [call("none", "c1", dt=0.0, i="1")])]
+
+    def versions(cfg: Config | None, sid: str) -> int:
+        store.create(sid)
+        t = Tool("none", lambda ctx, dt, i: f"r{i}", effect="none")
+        loop = AgentLoop(store, ScriptedModel(steps), [t], cfg, clock=lambda: now[0])
+        assert loop.run(sid, "go").status == "completed"
+        return store.load(sid).version
+
+    lazy = versions(None, "store-config")  # 60 s: no boundary commits, only begin and end
+    eager = versions(Config(fsync=False, checkpoint_debounce=0.0), "loop-config")
+    assert lazy == 1 + 1 + 1  # create, begin, end
+    assert eager == lazy + 4  # + model reply and tool batch, twice

@@ -22,6 +22,8 @@ store, fsynced), and honours the crash and sleep points of the environment:
 
 - ``FSDC_CRASH=<tool>:before`` / ``<tool>:after`` — SIGKILL this process inside the tool, before
   or after its effect is logged (``<tool>:after``: the effect happened, its result never returned);
+- ``FSDC_RAISE=<tool>:after`` — raise ``KeyboardInterrupt`` inside the tool after its effect is
+  logged (a Ctrl-C: the run ends by an exception no tool wrapper may swallow);
 - ``FSDC_SLEEP=<tool>:<seconds>`` — the tool sleeps (after logging ``start``), so the parent can act
   while the run is live (a second process's recover, a cancel);
 - ``FSDC_CONFIG`` — JSON overrides of the store's ``Config`` (``store_for``).
@@ -43,6 +45,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .forkclient import Proc
+from .forkclient import server as _server
 
 REPO = Path(__file__).resolve().parents[2]
 CONTINUE = "continue"  # a proceed turn's input: every driver's model answers it with the final one
@@ -114,6 +119,8 @@ def perform(name: str, args: Mapping[str, Any], key: str, attended: bool) -> str
     _log("effect", name, args, key, attended)
     if crash == f"{name}:after":
         os.kill(os.getpid(), signal.SIGKILL)
+    if os.environ.get("FSDC_RAISE") == f"{name}:after":  # Ctrl-C right after the effect
+        raise KeyboardInterrupt
     return f"{name} ok"
 
 
@@ -178,17 +185,22 @@ class World:
         env["FSDC_EFFECTS"] = str(self.effects)
         env["FSDC_CONFIG"] = json.dumps(self.config)
         env.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
-        for k in ("FSDC_CRASH", "FSDC_SLEEP"):
+        for k in ("FSDC_CRASH", "FSDC_SLEEP", "FSDC_RAISE"):
             env.pop(k, None)
         env.update(extra)
         return env
 
     def start(self, driver: str, action: str, sid: str, sc: Scenario, *flags: str,
-              **env: str) -> subprocess.Popen[str]:
-        cmd = [sys.executable, "-m", "tests.conformance", driver, action, str(self.root), sid,
-               sc.name, *flags]
-        return subprocess.Popen(cmd, cwd=REPO, env=self.env(**env), text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+              **env: str) -> Proc:
+        """A child run, forked from the driver's fork server (``forkserver``: its framework
+        imported once) or, where that cannot fork or ``FSDC_EXEC=1``, a fresh interpreter."""
+        argv = [driver, action, str(self.root), sid, sc.name, *flags]
+        server = _server(driver)
+        if server is None:
+            return subprocess.Popen([sys.executable, "-m", "tests.conformance", *argv], cwd=REPO,
+                                    env=self.env(**env), text=True, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)
+        return server.spawn(argv, self.env(**env), self.root.parent)
 
     def run(self, driver: str, action: str, sid: str, sc: Scenario, *flags: str,
             timeout: float = 120, **env: str) -> Child:
@@ -212,7 +224,13 @@ class World:
             time.sleep(0.02)
 
 
-def finished(p: subprocess.Popen[str], out: str, err: str) -> Child:
+def forked(driver: str) -> bool:
+    """Are ``driver``'s children forked from its fork server (started in milliseconds) rather
+    than exec'd (seconds: a fresh interpreter imports the framework first)?"""
+    return _server(driver) is not None
+
+
+def finished(p: Proc, out: str, err: str) -> Child:
     answer = None
     lines = [x for x in out.splitlines() if x.strip()]
     if lines:
@@ -232,5 +250,6 @@ def answered_batches(calls_answered: Sequence[str]) -> int:
     return len(calls_answered)
 
 
-__all__ = ["CONTINUE", "GUARDED", "IDEM", "PAY", "SCENARIOS", "Child", "ModelFailure", "Scenario",
-           "ToolSpec", "World", "outcomes_for", "perform", "step_of", "store_for"]
+__all__ = ["CONTINUE", "GUARDED", "IDEM", "PAY", "SCENARIOS", "Child", "ModelFailure", "Proc",
+           "Scenario", "ToolSpec", "World", "forked", "outcomes_for", "perform", "step_of",
+           "store_for"]

@@ -16,6 +16,10 @@ thread is left interrupted. End-state checks, per thread:
 
     python -m tests.torture.lgkills --kills 1000 [--seed N]
 
+The children are forked from the conformance suite's fork server (LangGraph imported once:
+``tests/conformance/forkserver.py``) — real processes, real SIGKILLs; ``FSDC_EXEC=1`` starts a
+fresh interpreter for each instead (seconds a child).
+
 CI runs ``kills=3`` (tests/test_langgraph_turns.py). Figures: docs/reliability.md.
 """
 
@@ -35,18 +39,14 @@ from typing import Any
 from tests.conformance.harness import IDEM, World
 
 
-def _kill_after(p: Any, delay: float, w: World | None = None) -> bool:
-    """SIGKILL ``p`` ``delay`` seconds after its first tool started (``w``'s effects log: the
-    graph run is under way; a child spends seconds importing LangGraph first) unless it ended
-    first; True if it was killed."""
-    if w is not None:
-        while p.poll() is None and not any(e["pid"] == p.pid for e in w.effects_log()):
-            time.sleep(0.01)
+def _kill_after(p: Any, delay: float) -> bool:
+    """SIGKILL ``p`` ``delay`` seconds after it started unless it ended first; True if it was
+    killed."""
     deadline = time.monotonic() + delay
     while time.monotonic() < deadline:
         if p.poll() is not None:
             return False
-        time.sleep(0.01)
+        time.sleep(0.002)
     if p.poll() is not None:
         return False
     os.kill(p.pid, signal.SIGKILL)
@@ -54,22 +54,52 @@ def _kill_after(p: Any, delay: float, w: World | None = None) -> bool:
     return True
 
 
+def _window(w: World, sid: str) -> float:
+    """How long a live run of ``sid`` takes from its start to its turn's end (the marker gone
+    after it appeared): the span the kills are drawn from, so they land inside runs (a forked
+    child starts at once; its exit after the turn ended takes as long again)."""
+    marker = w.root / "markers" / f"{sid}.json"
+    t0 = time.monotonic()
+    p = w.start("langgraph", "live", sid, IDEM)
+    seen = False
+    while p.poll() is None:
+        if marker.exists():
+            seen = True
+        elif seen:
+            break
+        time.sleep(0.001)
+    took = time.monotonic() - t0
+    p.communicate(timeout=120)
+    return took
+
+
 def run(base: str, *, kills: int, seed: int = 0, max_rounds: int | None = None) -> dict[str, Any]:
     import fsdurable
 
     rng = random.Random(seed)
-    w = World(Path(base) / "store", Path(base) / "effects.jsonl")
-    done = {"kills": 0, "rounds": 0, "completed": 0, "abandoned": 0, "not_started": 0,
-            "resumes": 0, "charge_reruns": 0}
+    root = Path(base) / "store"  # one store for every round: threads side by side
+    done: dict[str, Any] = {"kills": 0, "cut_in_run": 0, "rounds": 0, "completed": 0,
+                            "abandoned": 0, "not_started": 0, "resumes": 0, "charge_reruns": 0}
     violations: list[str] = []
     t = time.monotonic()
+    from tests.conformance import forkclient
+
+    forkclient.server("langgraph")  # LangGraph imported before the clock of a window starts
+    spans = sorted(_window(World(root, Path(base) / f"effects-w{i}.jsonl"), f"w{i}")
+                   for i in range(3))
+    span = 1.5 * spans[1]
+    done["window_s"] = round(span, 3)
     while done["kills"] < kills and (max_rounds is None or done["rounds"] < max_rounds):
         sid = f"t{done['rounds']}"
         done["rounds"] += 1
+        # an effects log per round: the polls and checks read this round's lines only
+        w = World(root, Path(base) / f"effects-{sid}.jsonl")
         cut = 0
         p = w.start("langgraph", "live", sid, IDEM)
-        if _kill_after(p, rng.uniform(0.0, 0.8), w):
+        if _kill_after(p, rng.uniform(0.0, span)):
             cut += 1
+            st = fsdurable.Store(w.root)
+            done["cut_in_run"] += any(m.session_id == sid for m in st.interrupted())
         else:
             _out, err = p.communicate(timeout=120)
             if p.returncode != 0:
@@ -80,7 +110,7 @@ def run(base: str, *, kills: int, seed: int = 0, max_rounds: int | None = None) 
                 break
             r = w.start("langgraph", "recover", sid, IDEM)
             done["resumes"] += 1
-            if rng.random() < 0.3 and _kill_after(r, rng.uniform(0.0, 0.5), w):
+            if rng.random() < 0.3 and _kill_after(r, rng.uniform(0.0, span)):
                 cut += 1
                 continue
             _out, err = r.communicate(timeout=180)

@@ -20,6 +20,8 @@ from fsdurable import openai_agents as oa
 from ..harness import CONTINUE, ModelFailure, Scenario, perform, step_of, store_for
 
 DRIVER = "openai-agents"
+# imported by the suite's fork server before it forks a child (``forkserver``)
+WARM = ("agents", "agents.testing", "fsdurable._oarun")
 
 
 def _answered(items: list[Any]) -> tuple[str | None, int]:
