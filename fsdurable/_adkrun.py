@@ -26,7 +26,7 @@ import asyncio
 import json
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from typing import Any
 
@@ -148,7 +148,7 @@ class Driver:
     # ------------------------------------------------------------------ the run
 
     async def drive(self, runner: Runner, user_id: str, sid: str,
-                    **kw: Any) -> AsyncIterator[Event]:
+                    **kw: Any) -> AsyncGenerator[Event, None]:
         """Run ADK to the turn's end, yielding its events as they come."""
         t, runs = self.t, self.owner.session_service._runs
         runs[sid] = self
@@ -296,7 +296,7 @@ def settled(s: Session, now: float) -> Session:
 
 async def live(owner: DurableRunner, user_id: str, sid: str, new_message: Any, attended: bool,
                approve: Approver | None, run_config: Any, lock_timeout: float | None,
-               holder: list[Driver] | None = None) -> AsyncIterator[Event]:
+               holder: list[Driver] | None = None) -> AsyncGenerator[Event, None]:
     content = _content(new_message)
     answers = any(p.function_response for p in content.parts or ())
     inv = "e-" + str(uuid.uuid4())
@@ -328,8 +328,9 @@ async def live(owner: DurableRunner, user_id: str, sid: str, new_message: Any, a
         kw: dict[str, Any] = {"new_message": content, "run_config": run_config}
         if not answers:
             kw["invocation_id"] = inv
-        async for e in d.drive(_runner(owner, d), user_id, sid, **kw):
-            yield e
+        async with aclosing(d.drive(_runner(owner, d), user_id, sid, **kw)) as events:
+            async for e in events:
+                yield e
     finally:
         t.release()
 
@@ -383,8 +384,9 @@ class Host:
             kw: dict[str, Any] = {"invocation_id": inv, "run_config": self.run_config}
             if not any(e.author == "user" for e in mine):  # died before ADK saved the input
                 kw["new_message"] = types.Content.model_validate(rec.get("input"))
-            async for _ in d.drive(_runner(owner, d), user_id, s.id, **kw):
-                pass
+            async with aclosing(d.drive(_runner(owner, d), user_id, s.id, **kw)) as events:
+                async for _ in events:
+                    pass
             return outcome(d)
         finally:
             t.release()

@@ -25,7 +25,8 @@ from __future__ import annotations
 import contextvars
 import json
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -351,7 +352,7 @@ class DurableRunner:
     async def run_async(self, *, user_id: str, session_id: str, new_message: Any,
                         attended: bool = False, approve: Approver | None = None,
                         run_config: Any = None,
-                        lock_timeout: float | None = None) -> AsyncIterator[Any]:
+                        lock_timeout: float | None = None) -> AsyncGenerator[Any, None]:
         """ADK's ``Runner.run_async`` as a durable turn: yields ADK's events as they come.
 
         ``new_message``: the user's message (a string or a ``types.Content``; a message of
@@ -364,9 +365,10 @@ class DurableRunner:
         created (``app_name``, ``user_id``)."""
         from . import _adkrun
 
-        async for e in _adkrun.live(self, user_id, session_id, new_message, attended, approve,
-                                    run_config, lock_timeout):
-            yield e
+        async with aclosing(_adkrun.live(self, user_id, session_id, new_message, attended,
+                                         approve, run_config, lock_timeout)) as events:
+            async for e in events:  # left early: the inner runs are closed now, not at GC
+                yield e
 
     async def run(self, *, user_id: str, session_id: str, new_message: Any,
                   attended: bool = False, approve: Approver | None = None,
@@ -375,9 +377,10 @@ class DurableRunner:
         from . import _adkrun
 
         holder: list[Any] = []
-        async for _ in _adkrun.live(self, user_id, session_id, new_message, attended, approve,
-                                    run_config, lock_timeout, holder):
-            pass
+        async with aclosing(_adkrun.live(self, user_id, session_id, new_message, attended,
+                                         approve, run_config, lock_timeout, holder)) as events:
+            async for _ in events:
+                pass
         return _adkrun.outcome(holder[0])
 
     async def recover(self, *, policy: RecoveryPolicy | None = None,

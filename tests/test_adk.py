@@ -279,6 +279,10 @@ def test_leaving_the_event_stream_early_cancels_the_turn(tmp_path: Path,
             async for e in events:
                 if e.get_function_calls():  # the lookup call: stop listening
                     break
+        # closed now, not at garbage collection: the turn is over, its route lock free
+        assert not r.store.load("chat").in_progress
+        with r.store.lock(r.store.load("chat").route_key, timeout=0):
+            pass
 
     asyncio.run(main())
     assert r.store.interrupted() == [] and not r.store.load("chat").in_progress
