@@ -37,7 +37,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -47,40 +47,11 @@ from . import _fsio
 from ._begin import abegin_locked, begin_locked
 from ._errors import ConflictError, SessionNotFound, TurnStateError, TurnStopped
 from ._model import LedgerEntry, Message, Session, closed_turn, extended, with_entry
+from ._policy import Approver, ToolDecision, ToolRequest, refusal_of, rerun_safe
 from ._store import Store
 from ._tools import ToolContext
 
 Change = Callable[[Session], Session]
-Approver = Callable[[ToolContext, "ToolRequest"], bool]
-
-
-@attrs.frozen
-class ToolRequest:
-    """One tool call a driver is about to make: its call id (unique in the turn), the tool's
-    name and arguments, its declared effect (undeclared: ``external``, the worst) and whether it
-    needs a human's approval."""
-
-    call_id: str
-    name: str
-    arguments: Mapping[str, Any] = attrs.field(factory=dict)
-    effect: str = "external"
-    needs_approval: bool = False
-
-
-@attrs.frozen
-class ToolDecision:
-    """What the protocol decided for a ``ToolRequest``: ``run`` it (``context`` carries the
-    idempotency key; ``rerun``: an in-doubt idempotent call run again with its original key),
-    ``answered`` from the ledger (``text``: the recorded result; never run again) or
-    ``refused`` (``text`` for the model, ``reason``: unattended_deny, approval_denied,
-    not_approved)."""
-
-    action: str
-    request: ToolRequest
-    context: ToolContext
-    text: str | None = None
-    reason: str | None = None
-    rerun: bool = False
 
 
 def _compose(first: Change | None, then: Change | None) -> Change | None:
@@ -311,7 +282,8 @@ class TurnRun:
         if known is not None and known.status != "intent":  # an outcome: never run again
             return ToolDecision("answered", req, ctx, text=known.result or "")
         denied = self.store.config.unattended_deny if deny is None else deny
-        refusal = self._refusal(req, ctx, approve, denied)
+        refusal = refusal_of(req, attended=self.attended, ctx=ctx, approve=approve,
+                             denied=denied)
         if refusal is not None:
             if known is not None:  # in doubt: it may have run, "refused" would be a lie
                 raise TurnStateError(f"tool call {req.call_id!r} ({req.name}) is in doubt and "
@@ -339,19 +311,6 @@ class TurnRun:
                                      "intent", self.store.clock(),
                                      arguments=dict(req.arguments)), phase="tool_intent")
         return ToolDecision("run", req, ctx)
-
-    def _refusal(self, req: ToolRequest, ctx: ToolContext, approve: Approver | None,
-                 denied: frozenset[str]) -> tuple[str, str] | None:
-        if not self.attended and req.name in denied:
-            return ("unattended_deny",
-                    f"refused: {req.name} is not allowed in an unattended run (nobody is present)")
-        if req.needs_approval:
-            if not self.attended:
-                return ("approval_denied",
-                        f"denied: {req.name} needs approval and no human is present")
-            if approve is None or not approve(ctx, req):
-                return ("not_approved", f"denied: {req.name} was not approved")
-        return None
 
     def after_tool(self, decision: ToolDecision, *, ok: bool, result: str,
                    change: Change | None = None) -> None:
@@ -484,14 +443,6 @@ def _without_intent(call_id: str) -> Change:
 
 
 _REBASES = 3  # a session replaced this often during one commit is contended, not merely touched
-
-
-def rerun_safe(effect: str | None, needs_approval: bool, denied: bool) -> bool:
-    """May an in-doubt call be re-run on an unattended resume? Only if a repeat with the same
-    idempotency key is a no-op (``idempotent``) AND the resume would run it: a call that needs
-    approval or is deny-listed would be refused, and "refused" for a call that may have run is a
-    lie — such a turn is parked for review."""
-    return effect == "idempotent" and not needs_approval and not denied
 
 
 __all__ = ["Approver", "Change", "ToolDecision", "ToolRequest", "TurnRun", "TurnStopped",

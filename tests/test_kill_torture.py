@@ -93,6 +93,19 @@ def _call(kind: str, **kw: object) -> dict[str, object]:
     return d
 
 
+def test_pydantic_ai_runs_under_kills(tmp_path: Path) -> None:
+    """Durable Pydantic AI runs (``FsDurableAgent``, the conformance driver) SIGKILLed at random
+    and recovered by fresh processes settle to their end state (``tests/torture/drivekills.py``;
+    ``python -m tests.torture.drivekills --driver pydantic_ai --kills 1000`` is the long run)."""
+    pytest.importorskip("pydantic_ai")
+    from tests.torture import drivekills
+
+    res = drivekills.run(str(tmp_path), kills=6, seed=5, max_rounds=12, driver="pydantic_ai")
+    assert res["violations"] == []
+    assert res["kills"] >= 1
+    assert res["completed"] + res["abandoned"] + res["not_started"] == res["rounds"]
+
+
 @pytest.mark.parametrize(("tools", "needle"), [
     ([_call("external"), _call("external", resumed=True)], "external call run 2 times"),
     ([_call("apply"), _call("apply", resumed=True)], "idempotent effect applied 2 times"),

@@ -345,11 +345,11 @@ def test_thread_sessions_may_be_named_by_their_thread_id(root: Path) -> None:
 
 
 def test_graph_runs_killed_at_random_moments_settle_to_their_end_state(tmp_path: Path) -> None:
-    """The LangGraph kill torture's quick run (``python -m tests.torture.lgkills --kills 1000``
+    """The LangGraph kill torture's quick run (``python -m tests.torture.drivekills --kills 1000``
     is the long one): random SIGKILLs of real graph runs and of their recoveries."""
-    from tests.torture import lgkills
+    from tests.torture import drivekills
 
-    res = lgkills.run(str(tmp_path), kills=2, seed=7, max_rounds=4)
+    res = drivekills.run(str(tmp_path), kills=2, seed=7, max_rounds=4)
     assert res["violations"] == []
     assert res["rounds"] >= 1 and res["completed"] + res["abandoned"] + res["not_started"] \
         == res["rounds"]

@@ -62,6 +62,8 @@ class Server:
         logs.mkdir(parents=True, exist_ok=True)
         n = next(self._seq)
         out, err = logs / f"{os.getpid()}-{n}.out", logs / f"{os.getpid()}-{n}.err"
+        for f in (out, err):  # there before the child: one SIGKILLed at once never makes them
+            f.touch(mode=0o600)
         req = {"argv": argv, "env": dict(env), "cwd": str(REPO), "out": str(out),
                "err": str(err)}
         assert self.proc.stdin is not None

@@ -1,10 +1,11 @@
-"""The kill torture for LangGraph graph runs: real graph runs SIGKILLed at random moments.
+"""The kill torture of a framework driver: its real runs SIGKILLed at random moments.
 
-Each round starts a live run of the conformance suite's ``langgraph`` driver (scenario ``idem``:
-a lookup, then an idempotent charge, then the final reply; ``durability="sync"``) on its own
-thread in a child process, SIGKILLs it after a random delay, then runs that driver's
-``recover`` in child processes — each of which may be SIGKILLed too — until no run of the
-thread is left interrupted. End-state checks, per thread:
+For any driver of the conformance suite (``tests/conformance/drivers``: ``langgraph`` — real
+graph runs, ``durability="sync"`` —, ``pydantic_ai``, ``openai_agents``, ``loop``, ...), each
+round starts a live run of scenario ``idem`` (a lookup, then an idempotent charge, then the final
+reply) on its own thread/session in a child process, SIGKILLs it after a random delay, then runs
+that driver's ``recover`` in child processes — each of which may be SIGKILLed too — until no run
+of the thread is left interrupted. End-state checks, per thread:
 
 - nothing is left in progress and no marker is left (every killed run settled);
 - a thread whose run began either completed once (the reply ``paid``, exactly once) or was
@@ -14,13 +15,14 @@ thread is left interrupted. End-state checks, per thread:
   cut it short, plus one;
 - the resumed executions were unattended.
 
-    python -m tests.torture.lgkills --kills 1000 [--seed N]
+    python -m tests.torture.drivekills --driver langgraph --kills 1000 [--seed N]
 
-The children are forked from the conformance suite's fork server (LangGraph imported once:
+The children are forked from the conformance suite's fork server (the framework imported once:
 ``tests/conformance/forkserver.py``) — real processes, real SIGKILLs; ``FSDC_EXEC=1`` starts a
 fresh interpreter for each instead (seconds a child).
 
-CI runs ``kills=3`` (tests/test_langgraph_turns.py). Figures: docs/reliability.md.
+CI runs a few kills per driver (tests/test_langgraph_turns.py, tests/test_kill_torture.py).
+Figures: docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -54,13 +56,13 @@ def _kill_after(p: Any, delay: float) -> bool:
     return True
 
 
-def _window(w: World, sid: str) -> float:
+def _window(w: World, driver: str, sid: str) -> float:
     """How long a live run of ``sid`` takes from its start to its turn's end (the marker gone
     after it appeared): the span the kills are drawn from, so they land inside runs (a forked
     child starts at once; its exit after the turn ended takes as long again)."""
     marker = w.root / "markers" / f"{sid}.json"
     t0 = time.monotonic()
-    p = w.start("langgraph", "live", sid, IDEM)
+    p = w.start(driver, "live", sid, IDEM)
     seen = False
     while p.poll() is None:
         if marker.exists():
@@ -73,7 +75,8 @@ def _window(w: World, sid: str) -> float:
     return took
 
 
-def run(base: str, *, kills: int, seed: int = 0, max_rounds: int | None = None) -> dict[str, Any]:
+def run(base: str, *, kills: int, seed: int = 0, max_rounds: int | None = None,
+        driver: str = "langgraph") -> dict[str, Any]:
     import fsdurable
 
     rng = random.Random(seed)
@@ -84,8 +87,8 @@ def run(base: str, *, kills: int, seed: int = 0, max_rounds: int | None = None) 
     t = time.monotonic()
     from tests.conformance import forkclient
 
-    forkclient.server("langgraph")  # LangGraph imported before the clock of a window starts
-    spans = sorted(_window(World(root, Path(base) / f"effects-w{i}.jsonl"), f"w{i}")
+    forkclient.server(driver)  # the framework imported before the clock of a window starts
+    spans = sorted(_window(World(root, Path(base) / f"effects-w{i}.jsonl"), driver, f"w{i}")
                    for i in range(3))
     span = 1.5 * spans[1]
     done["window_s"] = round(span, 3)
@@ -95,7 +98,7 @@ def run(base: str, *, kills: int, seed: int = 0, max_rounds: int | None = None) 
         # an effects log per round: the polls and checks read this round's lines only
         w = World(root, Path(base) / f"effects-{sid}.jsonl")
         cut = 0
-        p = w.start("langgraph", "live", sid, IDEM)
+        p = w.start(driver, "live", sid, IDEM)
         if _kill_after(p, rng.uniform(0.0, span)):
             cut += 1
             st = fsdurable.Store(w.root)
@@ -108,7 +111,7 @@ def run(base: str, *, kills: int, seed: int = 0, max_rounds: int | None = None) 
             st = fsdurable.Store(w.root)
             if not any(m.session_id == sid for m in st.interrupted()):
                 break
-            r = w.start("langgraph", "recover", sid, IDEM)
+            r = w.start(driver, "recover", sid, IDEM)
             done["resumes"] += 1
             if rng.random() < 0.3 and _kill_after(r, rng.uniform(0.0, span)):
                 cut += 1
@@ -163,12 +166,13 @@ def _check(w: World, sid: str, cut: int, done: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tests.torture.lgkills")
+    ap = argparse.ArgumentParser(prog="python -m tests.torture.drivekills")
+    ap.add_argument("--driver", default="langgraph")
     ap.add_argument("--kills", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="fsd-lgkills-") as base:
-        res = run(base, kills=a.kills, seed=a.seed)
+    with tempfile.TemporaryDirectory(prefix=f"fsd-{a.driver}-kills-") as base:
+        res = run(base, kills=a.kills, seed=a.seed, driver=a.driver)
     print(json.dumps(res, indent=1))
     return 1 if res["violations"] else 0
 
