@@ -171,13 +171,19 @@ def _begin(saver: FsDurableSaver, tid: str,
            want: Callable[[Session | None, dict[str, Any]], str | None]) -> TurnRun | None:
     store, sid = saver.store, saver.threads.sid(tid)
     s = saver.threads.session(sid)
-    state = want(s, lg.head_of(s) if s is not None else lg.new_head(tid))
+    state = want(s, saver.threads.head(s) if s is not None else lg.new_head(tid))
     if state is None or (state != lg.RUNNING and (s is None or not s.in_progress)):
         return None
     saver.threads.ensure(tid)
 
     def running(cur: Session) -> Session:
         head = lg.with_state(lg.head_of(cur), lg.RUNNING)
+        tid_now = cur.turn.id if cur.turn is not None else None
+        if (head["run"].get("from") or {}).get("turn") != tid_now:  # a new turn, not continued
+            # the root checkpoint it starts from (the log's head: the document's lags between
+            # a run's ends): recovery tells "nothing of this run saved"
+            root = saver.threads.head(cur)["ns"].get("", {}).get("id")
+            head = {**head, "run": {**head["run"], "from": {"turn": tid_now, "root": root}}}
         return attrs.evolve(cur, metadata={**cur.metadata, "langgraph": head})
 
     run = TurnRun.begin(store, sid, driver=DRIVER, attended=_ATTENDED.get(), resume=True,
@@ -193,20 +199,25 @@ def through(registry: Runs, first: TurnRun, *, reply: str | None = None,
             error: BaseException | None = None) -> lg.Through:
     """The commit of a thread's new head for the run ``first`` (see the module doc)."""
 
-    def commit(s: Session, head: dict[str, Any], state: str | None) -> Session:
+    def commit(s: Session, head: dict[str, Any], state: str | None,
+               logged: bool = False) -> Session:
         # under the thread's commit lock: the run open NOW (LangGraph saves writes in the
         # background, so another thread's write may have ended the run this call began in)
         run = first if first.open else registry.get(s.id)
         if state == lg.FAILED and run is not None and run.resumed:
             state = None  # a failed resume: recovery counts it, the marker stays
         new = lg.with_state(head, state)
+        same = logged and new["run"] == lg.head_of(s)["run"]  # the log holds what changed
 
         def put(cur: Session) -> Session:
             return attrs.evolve(cur, metadata={**cur.metadata, "langgraph": new})
 
         if run is None or not run.open:  # the run ended meanwhile: the head alone
-            return first.store.commit(put(s), s.version)
+            return s if same else first.store.commit(put(s), s.version)
         if state in (None, lg.RUNNING):
+            if same:  # a step of the run: the turn's checkpoint time, debounced
+                run.boundary("langgraph")
+                return s
             return run.commit(put, phase="langgraph")
         registry.forget(run)
         if state == lg.ENDED:
@@ -349,10 +360,13 @@ def tool_node(tools: Any, *, effects: Mapping[str, str] | None = None,
 @attrs.frozen
 class RunResult:
     """What one resumed run came to: ``completed``, ``paused`` (an interrupt or breakpoint,
-    waiting for a human) or ``finished`` (nothing was left to run)."""
+    waiting for a human), ``finished`` (nothing was left to run) or ``abandoned`` (``reason``
+    ``nothing_saved``: the run died before its first checkpoint, so nothing of it can be
+    continued)."""
 
     status: str
     thread_id: str
+    reason: str | None = None
 
 
 def _todo(graph: Any, state: Any) -> str | None:
@@ -401,7 +415,8 @@ class GraphHost:
                                                 "thread_id": tid, UNATTENDED: True}}
 
     def resume_claimed(self, session: Session) -> RunResult:
-        tid = lg.head_of(session)["thread_id"]
+        head = self.saver.threads.head(session)  # the log's, with the document's run state
+        tid = head["thread_id"]
         run = TurnRun.claimed(self.saver.store, session)
         # the graph's own saver sees the run's puts (the caller's may be another instance)
         saver = getattr(self.graph, "checkpointer", None)
@@ -411,11 +426,20 @@ class GraphHost:
             cfg = self._cfg(tid)
             if self.loop is None:
                 why = _todo(self.graph, self.graph.get_state(cfg))
+                if why == "finished" and not _saved(head, session):
+                    # killed between its begin commit and its first checkpoint: the input
+                    # never became durable; nothing to continue — never "completed"
+                    run.abandon("nothing_saved", thread_id=tid)
+                    return RunResult("abandoned", tid, "nothing_saved")
                 if why is None:
                     self.graph.invoke(None, cfg, **self.kw)
                     why = _ran(_todo(self.graph, self.graph.get_state(cfg)))
             else:
-                why = asyncio.run_coroutine_threadsafe(self._arun(cfg), self.loop).result()
+                why = asyncio.run_coroutine_threadsafe(self._arun(cfg, _saved(head, session)),
+                                                       self.loop).result()
+                if why == "abandoned":
+                    run.abandon("nothing_saved", thread_id=tid)
+                    return RunResult("abandoned", tid, "nothing_saved")
             if run.open:  # no put of the run closed it (nothing was left to run, ...)
                 state = lg.PAUSED if why == "paused" else lg.ENDED
                 self.saver.threads.mutate(tid, lambda s, head, _n: ([], head, state),
@@ -424,12 +448,24 @@ class GraphHost:
             registry.forget(run)
         return RunResult(why, tid)
 
-    async def _arun(self, cfg: Any) -> str:
+    async def _arun(self, cfg: Any, saved: bool) -> str:
         why = _todo(self.graph, await self.graph.aget_state(cfg))
+        if why == "finished" and not saved:
+            return "abandoned"
         if why is not None:
             return why
         await self.graph.ainvoke(None, cfg, **self.kw)
         return _ran(_todo(self.graph, await self.graph.aget_state(cfg)))
+
+
+def _saved(head: dict[str, Any], s: Session) -> bool:
+    """Did the interrupted run of ``s``'s turn save a checkpoint of its own (its thread's root
+    checkpoint moved on from the one its turn began at)? A head written before this was recorded
+    says yes (the older behaviour: a thread with nothing to run ends the turn)."""
+    began = head["run"].get("from")
+    if not isinstance(began, dict) or s.turn is None or began.get("turn") != s.turn.id:
+        return True
+    return bool(head["ns"].get("", {}).get("id") != began.get("root"))
 
 
 def _ran(why: str | None) -> str:

@@ -318,6 +318,10 @@ def _resumed(store: Store, pol: RecoveryPolicy, claim: _Claim, result: Any,
             return attrs.evolve(base, outcome="abandoned", reason="exhausted", error=err)
         return attrs.evolve(base, outcome="failed", error=err)
     status = getattr(result, "status", None)
+    if status == "abandoned":  # the host found nothing to resume from (TurnRun.abandon: its
+        # interrupted_turn_abandoned is the event)
+        return attrs.evolve(base, outcome="abandoned", reason=getattr(result, "reason", None),
+                            status=status)
     store.emit(ev.RESUMED, session_id=sid, turn_id=tid, attempt=attempt, status=status)
     return attrs.evolve(base, outcome="resumed", status=status)
 

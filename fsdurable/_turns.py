@@ -396,6 +396,21 @@ class TurnRun:
                             turn_id=self.turn_id, reason=status, calls=doubt)
         return s
 
+    def abandon(self, reason: str, **detail: Any) -> Session | None:
+        """A claimed run that finds nothing to resume from (its process died before the run
+        saved anything it could continue: a graph killed before its first checkpoint): the turn
+        ends without running on, ``interrupted_turn_abandoned`` (``reason``), in-doubt calls to
+        the review queue — never reported as completed. None if the turn had moved on."""
+        with self._mu:
+            try:
+                s = self.store.abandon_turn(self.session_id, self.turn_id, reason=reason,
+                                            driver=self.driver, run_id=self.run_id,
+                                            attempt_id=self.attempt_id, **detail)
+            finally:
+                self.status = self.status or "abandoned"
+                self.release()
+        return s
+
     def cancel(self, *, unstarted: str | None = None) -> Session:
         """Cancel the turn: the pending checkpoint flushed, the session committed not in
         progress (marker removed, ``turn_cancelled``; an in-doubt call to the review queue);

@@ -353,3 +353,35 @@ def test_graph_runs_killed_at_random_moments_settle_to_their_end_state(tmp_path:
     assert res["violations"] == []
     assert res["rounds"] >= 1 and res["completed"] + res["abandoned"] + res["not_started"] \
         == res["rounds"]
+
+
+@pytest.mark.parametrize("earlier", [False, True])
+def test_a_run_killed_before_its_first_checkpoint_is_abandoned_with_an_event(
+        tmp_path: Path, earlier: bool) -> None:
+    """Found by the LangGraph kill torture: a run killed after its begin commit (in progress,
+    marker) and before its first checkpoint was written left nothing to resume from — recovery
+    must not call that turn ``completed`` (the user's input never became durable): it is
+    abandoned with a visible ``interrupted_turn_abandoned`` (``nothing_saved``). ``earlier``: the
+    thread already holds a finished run (its last checkpoint has nothing to run either)."""
+    from fsdurable import _lgruns
+
+    from .lg_graph import build
+    from .lg_graph import run as run_graph
+
+    saver = FsDurableSaver(tmp_path / "store")
+    if earlier:
+        run_graph(build(saver), "t1")
+    run = _lgruns._begin(saver, "t1", lambda _s, _h: "running")  # then the process died
+    assert run is not None
+    run.release()
+    saver.runs.forget(run)
+    st = saver.store
+    sid = thread_session_id("t1")
+    assert [m.session_id for m in st.interrupted()] == [sid]
+    report = recover(build(FsDurableSaver(st)), FsDurableSaver(st))
+    [o] = [o for o in report.outcomes if o.session_id == sid]
+    assert (o.outcome, o.reason) == ("abandoned", "nothing_saved"), o
+    assert not st.interrupted() and not st.load(sid).in_progress
+    assert "interrupted_turn_abandoned" in codes(st, "t1")
+    assert codes(st, "t1").count("turn_completed") == (1 if earlier else 0)  # the earlier run
+    assert codes(st, "t1")[-1] == "interrupted_turn_abandoned"

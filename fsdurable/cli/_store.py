@@ -106,10 +106,10 @@ def _show(args: argparse.Namespace) -> Result:
              state, f"{len(s.messages)} messages"]
     if "langgraph" in s.metadata:
         from .._errors import UnreadableState
-        from .._lgstore import describe
+        from .._lgstore import Threads, describe
 
-        try:
-            d["langgraph"] = lg = describe(s)
+        try:  # the head as it stands: the thread's log holds the puts since the document
+            d["langgraph"] = lg = describe(s, Threads(st).head(s))
             lines.insert(1, f"LangGraph thread {lg['thread_id']!r}, run {lg['run']}, "
                          f"{lg['records']} records")
         except UnreadableState:
@@ -303,8 +303,8 @@ def _doctor(args: argparse.Namespace) -> Result:
 
 
 # the store's own formats, then the framework adapters' (fsdurable.langgraph, .pydantic_ai, .claude)
-KINDS = ("session", "segment", "marker", "event", "manifest", "lghead", "lgrecord",
-         "pydantic_ai_entry", "claude_batch")
+KINDS = ("session", "segment", "marker", "event", "manifest", "lghead", "lgrecord", "lglog",
+         "lgframe", "pydantic_ai_entry", "claude_batch")
 
 
 def schema_text(kind: str) -> str:
