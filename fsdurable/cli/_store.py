@@ -148,6 +148,10 @@ def _adapter(st: Any, s: Any) -> dict[str, Any] | None:
             from ..pydantic_ai import describe as describe_pa
 
             return describe_pa(st, s)
+        if owner == "adk" or isinstance(s.metadata.get("adk"), dict):
+            from ..adk import describe as describe_adk
+
+            return describe_adk(s)
     except ImportError as e:  # the framework is not installed here: say so, show the rest
         return {"kind": f"{owner} session", "unread": f"{e.name} is not installed "
                 f"(pip install 'fsdurable[{owner}]' to read it)"}
@@ -157,6 +161,9 @@ def _adapter(st: Any, s: Any) -> dict[str, Any] | None:
 def _adapter_line(a: dict[str, Any]) -> str:
     if "unread" in a:
         return f"{a['kind']}: {a['unread']}"
+    if a["kind"] == "adk session":
+        return (f"ADK session of app {a['app_name']!r}, user {a['user_id']!r}: "
+                f"{a['events']} events" + (f", invocation {a['run']}" if a.get("run") else ""))
     if a["kind"] == "openai-agents session":
         return f"Agents SDK session: {a['items']} items" + (
             f", run {a['run']}" if a.get("run") else "")
