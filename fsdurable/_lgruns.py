@@ -442,8 +442,11 @@ class GraphHost:
                     return RunResult("abandoned", tid, "nothing_saved")
             if run.open:  # no put of the run closed it (nothing was left to run, ...)
                 state = lg.PAUSED if why == "paused" else lg.ENDED
+                # the run's final reply (its last checkpoint was saved, the end commit was not)
+                reply = final_reply(self.graph.get_state(cfg).values) \
+                    if state == lg.ENDED else None
                 self.saver.threads.mutate(tid, lambda s, head, _n: ([], head, state),
-                                          through(registry, run))
+                                          through(registry, run, reply=reply))
         finally:
             registry.forget(run)
         return RunResult(why, tid)
