@@ -17,6 +17,11 @@ timed interleaved round by round, so background load hits all of them alike:
                         framework's own durable runs, on DBOS)
   claude                ``from fsdurable.claude import FileSessionStore`` (no SDK import)
   claude_memory         ``from claude_agent_sdk import InMemorySessionStore``
+  adk                   ``from fsdurable.adk import FileSessionService`` (durable runs are in the
+                        same module: ``DurableRunner``)
+  adk_memory            ``from google.adk.sessions import InMemorySessionService``
+  adk_database          ``from google.adk.sessions import DatabaseSessionService`` (ADK's own
+                        durable store, on SQLAlchemy)
 A framework that is not installed is left out (and named in ``missing``).
 
 Then the adapters' writes, side by side in one run (``add_items``; needs ``agents``, else the
@@ -66,11 +71,22 @@ CONTENDERS = {
     "pydantic_ai_dbos": ("from pydantic_ai.durable_exec.dbos import DBOSDurability", "dbos"),
     "claude": ("from fsdurable.claude import FileSessionStore", None),
     "claude_memory": ("from claude_agent_sdk import InMemorySessionStore", "claude_agent_sdk"),
+    "adk": ("from fsdurable.adk import FileSessionService", "google.adk"),
+    "adk_memory": ("from google.adk.sessions import InMemorySessionService", "google.adk"),
+    "adk_database": ("from google.adk.sessions import DatabaseSessionService", "google.adk"),
 }
 PAIRS = {"openai_agents": "agents_sqlite", "pydantic_ai": "pydantic_ai_memory",
-         "pydantic_ai_durable": "pydantic_ai_dbos", "claude": "claude_memory"}
+         "pydantic_ai_durable": "pydantic_ai_dbos", "claude": "claude_memory",
+         "adk": "adk_database"}
 FULL = {"min_reps": 10, "max_reps": 20, "budget": 20.0, "warmup": 1}
 QUICK = {"min_reps": 1, "max_reps": 1, "budget": 1.0, "warmup": 0}
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a dotted name whose parent package is missing (google.adk)
+        return False
 
 
 def run(quick: bool, out_dir: str) -> dict[str, Any]:
@@ -79,8 +95,7 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
     env = environment(work)
     child = dict(os.environ)
     child["PYTHONPATH"] = REPO + os.pathsep + child.get("PYTHONPATH", "")
-    missing = sorted({m for _, m in CONTENDERS.values()
-                      if m and importlib.util.find_spec(m) is None})
+    missing = sorted({m for _, m in CONTENDERS.values() if m and not _installed(m)})
     calls = {}
     for name, (code, module) in CONTENDERS.items():
         if module in missing:

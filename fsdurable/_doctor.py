@@ -34,6 +34,9 @@ from ._store import Store
 T = TypeVar("T")
 PROBLEM = "problem"
 INFO = "info"
+# progress(stage, done, total): how far the scan has got, per stage ("session files", "marker
+# files", "sessions", "markers", "history"), called once per file; a CLI draws it, a host may log it
+ProgressFn = Callable[[str, int, int], None]
 
 
 @attrs.frozen
@@ -52,10 +55,15 @@ class Finding:
         return attrs.asdict(self)
 
 
+def _quiet(stage: str, done: int, total: int) -> None:
+    """The progress callback of a scan nobody watches."""
+
+
 class _Scan:
-    def __init__(self, store: Store, repair: bool) -> None:
+    def __init__(self, store: Store, repair: bool, progress: ProgressFn | None = None) -> None:
         self.store = store
         self.repair = repair
+        self.progress = progress or _quiet
         self.findings: list[Finding] = []
         self.now = store.clock()
 
@@ -109,7 +117,9 @@ class _Scan:
     def entries(self, directory: str, kind: str) -> dict[str, str]:
         """Check every entry of ``sessions/`` or ``markers/``; returns {id: path} of own files."""
         own: dict[str, str] = {}
-        for name in sorted(_fsio.list_names(directory)):
+        names = sorted(_fsio.list_names(directory))
+        for n, name in enumerate(names, 1):
+            self.progress(f"{kind} files", n, len(names))
             path = os.path.join(directory, name)
             st = _fsio.lstat(path)
             if st is None:
@@ -271,9 +281,11 @@ class _Scan:
         sessions = self.entries(lay.sessions, "session")
         markers = self.entries(lay.markers, "marker")
         parsed: dict[str, Session | None] = {}
-        for sid, path in sessions.items():
+        for n, (sid, path) in enumerate(sessions.items(), 1):
             parsed[sid] = self.session(sid, path)
-        for sid, path in markers.items():
+            self.progress("sessions", n, len(sessions))
+        for n, (sid, path) in enumerate(markers.items(), 1):
+            self.progress("markers", n, len(markers))
             m = self.marker(sid, path)
             if m is None:
                 continue
@@ -307,7 +319,8 @@ class _Scan:
         """Each session's history reads whole (docs/storage.md); unreferenced segments."""
         from ._segments import WOULD_REMOVE, history_sessions, repair_history
 
-        for sid, s in parsed.items():
+        for n, (sid, s) in enumerate(parsed.items(), 1):
+            self.progress("history", n, len(parsed))
             if s is None:
                 continue
             try:
@@ -340,12 +353,18 @@ class _Scan:
         return self.gate_fix(lambda: _repair.repair_marker(self.store, sid))
 
 
-def doctor(store: Store, *, repair: bool = False) -> list[Finding]:
+def doctor(store: Store, *, repair: bool = False,
+           progress: ProgressFn | None = None) -> list[Finding]:
     """Scan ``store`` and return every finding; with ``repair=True`` also fix what it can.
 
     Never raises because of a bad file. Problems with ``repaired=False`` remain.
+    ``progress(stage, done, total)``, if given, is called as the scan goes, once per file:
+    ``session files`` and ``marker files`` (each directory entry checked), ``sessions`` (each
+    session read and judged), ``markers``, ``history`` (each session's history verified),
+    ``done`` counting from 1 up to ``total``. It should return at once
+    (store the numbers, draw them elsewhere).
     """
-    findings = _Scan(store, repair).run()
+    findings = _Scan(store, repair, progress).run()
     if repair:  # the event log's retention (Config.event_retention): this node's old day files
         try:
             pruned = store.prune_events()

@@ -329,6 +329,84 @@ def _write_all(fd: int, data: bytes, path: str, durable: bool) -> None:
         _fsync_fd(fd)
 
 
+def _fdatasync_fd(fd: int) -> None:
+    """``_fsync_fd`` for a file whose data (and size) is what must last: fdatasync where there
+    is one (Linux), F_FULLFSYNC on macOS, else fsync."""
+    if _F_FULLFSYNC is None and hasattr(os, "fdatasync"):
+        os.fdatasync(fd)
+    else:
+        _fsync_fd(fd)
+
+
+def append_at(path: str, offset: int, data: bytes, *, durable: bool = True) -> int:
+    """Append ``data`` to the existing log file ``path`` at ``offset``, its valid end, and make
+    it durable with ONE fdatasync; returns the new end.
+
+    A file longer than ``offset`` has a tail no reader accepts (a frame a crash tore, or frames
+    no head counts): it is cut first (``ftruncate``, then fsync, so the cut is durable before
+    anything is written where the tail was). Never through a symlink; UnreadableState (reason
+    ``log_short``) if the file is shorter than ``offset`` (it is not the file the caller read).
+    """
+    with storage_errors(path, "append"):
+        fd = os.open(path, os.O_WRONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise UnreadableState(f"{path} is not a regular file", path=path,
+                                      reason="not_a_file")
+            if st.st_size < offset:
+                raise UnreadableState(f"{path} is {st.st_size} bytes, shorter than its valid "
+                                      f"end {offset}", path=path, reason="log_short")
+            if st.st_size > offset:
+                _rec("truncate", path, offset)
+                os.ftruncate(fd, offset)
+                if durable:
+                    _rec("fsync", path)
+                    _fsync_fd(fd)
+            os.lseek(fd, offset, os.SEEK_SET)
+            _rec("append", path, data)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if durable:
+                _rec("fsync", path)
+                _fdatasync_fd(fd)
+        finally:
+            os.close(fd)
+    return offset + len(data)
+
+
+def read_span(path: str, offset: int, max_bytes: int) -> tuple[bytes, os.stat_result]:
+    """Up to ``max_bytes`` of a regular file from ``offset`` (to its end), and its stat; never
+    through a symlink, never blocking. FileNotFoundError if it is missing."""
+    try:
+        with storage_errors(path, "read"):
+            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK | _O_BINARY)
+    except OSError as e:
+        if isinstance(e, (StorageError, FileNotFoundError)):
+            raise
+        if e.errno == errno.ELOOP:
+            raise UnreadableState(f"{path} is a symlink", path=path, reason="symlink") from e
+        raise UnreadableState(f"{path} cannot be opened as a file: {e.strerror}", path=path,
+                              reason="not_a_file") from e
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnreadableState(f"{path} is not a regular file", path=path, reason="not_a_file")
+        want = max(0, min(st.st_size - offset, max_bytes))
+        chunks, got = [], 0
+        while got < want:
+            with storage_errors(path, "read"):
+                chunk = os.pread(fd, want - got, offset + got)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks), st
+    finally:
+        os.close(fd)
+
+
 def read_bounded(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
     """Read a regular file, never following a symlink and never more than ``max_bytes``.
 

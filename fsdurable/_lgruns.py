@@ -171,7 +171,7 @@ def _begin(saver: FsDurableSaver, tid: str,
            want: Callable[[Session | None, dict[str, Any]], str | None]) -> TurnRun | None:
     store, sid = saver.store, saver.threads.sid(tid)
     s = saver.threads.session(sid)
-    state = want(s, lg.head_of(s) if s is not None else lg.new_head(tid))
+    state = want(s, saver.threads.head(s) if s is not None else lg.new_head(tid))
     if state is None or (state != lg.RUNNING and (s is None or not s.in_progress)):
         return None
     saver.threads.ensure(tid)
@@ -180,8 +180,9 @@ def _begin(saver: FsDurableSaver, tid: str,
         head = lg.with_state(lg.head_of(cur), lg.RUNNING)
         tid_now = cur.turn.id if cur.turn is not None else None
         if (head["run"].get("from") or {}).get("turn") != tid_now:  # a new turn, not continued
-            # the root checkpoint it starts from: recovery tells "nothing of this run saved"
-            root = head["ns"].get("", {}).get("id")
+            # the root checkpoint it starts from (the log's head: the document's lags between
+            # a run's ends): recovery tells "nothing of this run saved"
+            root = saver.threads.head(cur)["ns"].get("", {}).get("id")
             head = {**head, "run": {**head["run"], "from": {"turn": tid_now, "root": root}}}
         return attrs.evolve(cur, metadata={**cur.metadata, "langgraph": head})
 
@@ -198,20 +199,25 @@ def through(registry: Runs, first: TurnRun, *, reply: str | None = None,
             error: BaseException | None = None) -> lg.Through:
     """The commit of a thread's new head for the run ``first`` (see the module doc)."""
 
-    def commit(s: Session, head: dict[str, Any], state: str | None) -> Session:
+    def commit(s: Session, head: dict[str, Any], state: str | None,
+               logged: bool = False) -> Session:
         # under the thread's commit lock: the run open NOW (LangGraph saves writes in the
         # background, so another thread's write may have ended the run this call began in)
         run = first if first.open else registry.get(s.id)
         if state == lg.FAILED and run is not None and run.resumed:
             state = None  # a failed resume: recovery counts it, the marker stays
         new = lg.with_state(head, state)
+        same = logged and new["run"] == lg.head_of(s)["run"]  # the log holds what changed
 
         def put(cur: Session) -> Session:
             return attrs.evolve(cur, metadata={**cur.metadata, "langgraph": new})
 
         if run is None or not run.open:  # the run ended meanwhile: the head alone
-            return first.store.commit(put(s), s.version)
+            return s if same else first.store.commit(put(s), s.version)
         if state in (None, lg.RUNNING):
+            if same:  # a step of the run: the turn's checkpoint time, debounced
+                run.boundary("langgraph")
+                return s
             return run.commit(put, phase="langgraph")
         registry.forget(run)
         if state == lg.ENDED:
@@ -409,7 +415,7 @@ class GraphHost:
                                                 "thread_id": tid, UNATTENDED: True}}
 
     def resume_claimed(self, session: Session) -> RunResult:
-        head = lg.head_of(session)
+        head = self.saver.threads.head(session)  # the log's, with the document's run state
         tid = head["thread_id"]
         run = TurnRun.claimed(self.saver.store, session)
         # the graph's own saver sees the run's puts (the caller's may be another instance)
@@ -436,8 +442,11 @@ class GraphHost:
                     return RunResult("abandoned", tid, "nothing_saved")
             if run.open:  # no put of the run closed it (nothing was left to run, ...)
                 state = lg.PAUSED if why == "paused" else lg.ENDED
+                # the run's final reply (its last checkpoint was saved, the end commit was not)
+                reply = final_reply(self.graph.get_state(cfg).values) \
+                    if state == lg.ENDED else None
                 self.saver.threads.mutate(tid, lambda s, head, _n: ([], head, state),
-                                          through(registry, run))
+                                          through(registry, run, reply=reply))
         finally:
             registry.forget(run)
         return RunResult(why, tid)

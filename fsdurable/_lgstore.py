@@ -1,176 +1,83 @@
-"""LangGraph threads on a store: a session per thread (its head) and append-only record files.
+"""LangGraph threads on a store: a session per thread (its head) and an append-only log.
 
 Framework-free (no langgraph import): ``fsdurable.langgraph`` turns LangGraph's checkpoints into
 the serializer's typed bytes and calls this module; the bench and the crash tests drive it too.
 
-On disk (format ``fsdurable/1``)::
+On disk (format ``fsdurable/1``; docs/storage.md, "LangGraph threads")::
 
-    sessions/lg-<hash>.json            the thread's HEAD, committed by the one commit function:
-                                       metadata["langgraph"] = {thread_id, seq, ns, gone, run}
-    langgraph/lg-<hash>/<seq>.ckpt     one immutable record per put (checkpoint, metadata and the
-                                       blobs of the channels it changed)
-    langgraph/lg-<hash>/<seq>.writes   one immutable record per put_writes call
+    sessions/lg-<hash>.json            the thread's document: metadata["langgraph"] = its head
+                                       {thread_id, gen, seq, ns, gone, run, log: {n, at}} as of
+                                       byte ``at`` of its log; committed by the one commit
+                                       function when the RUN changes (begins, ends, pauses,
+                                       fails), when the thread is created, and by deletions
+    langgraph/lg-<hash>/<n>.lglog      the thread's log (``fsdurable._lglog``): one frame per
+                                       record (a put's checkpoint, metadata and changed blobs;
+                                       a put_writes call's writes), the last frame of each write
+                                       carrying the head it leaves
+    langgraph/lg-<hash>/<seq>.ckpt     records of the older layout (format lghead/1), read in
+    langgraph/lg-<hash>/<seq>.writes   place (``legacy``) until a deletion copies them into a log
 
 A thread id is an arbitrary string: its session id is ``lg-`` + the first 32 hex digits of its
 SHA-256 (no path escape, no case clash, 128 bits); the id itself is kept in the head and in every
-record. Records are numbered by the head's counter ``seq`` and written once, BEFORE the head
-that counts them is committed; a record numbered above the head's ``seq`` was never
-acknowledged and is invisible (and replaced by the next write). So a record needs no temp file:
-it is created under its own name (O_EXCL, ``_fsio.write_new``), fsynced, and its directory
-fsynced. A put therefore never rewrites the history: its cost is one record and one small head,
-whatever the length of the thread. Deleting records (prune, delete_for_runs) first commits them
-into the head's ``gone`` list (invisible from then on), then unlinks the ones no surviving
-checkpoint needs a blob from.
-
-Record file: one JSON header line (``schemas/lgrecord.schema.json``), then the
-payload: the serializer's typed bytes of every part, concatenated, exactly as given (crc32 in
-the header).
+record. A put appends its frame and fdatasyncs the log: ONE fsync, whatever the length of the
+thread. The thread's head is the document's, or the last valid frame's that ends at or after
+the document's ``at`` (the run state always the document's). Deleting records (prune,
+delete_for_runs) copies the survivors into log n + 1 (temp, fsync, rename), commits the head
+naming it, then removes the old log.
 """
 
 from __future__ import annotations
 
-import hashlib
+import os
 import threading
-import zlib
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
 
 from . import _fsio
-from ._errors import InvalidState, SessionNotFound, UnreadableState
-from ._layout import new_id, validate_session_id
+from ._errors import SessionNotFound, UnreadableState
+from ._layout import validate_session_id
+from ._lglog import (
+    ENDED,
+    FAILED,
+    HEAD_FORMAT,
+    KINDS,
+    PAUSED,
+    PREFIX,
+    RECORD_FORMAT,
+    RUNNING,
+    SOURCE,
+    LogView,
+    Record,
+    Typed,
+    _Index,
+    describe,
+    encode_frames,
+    encode_header,
+    encode_record,
+    gen_of,
+    head_of,
+    log_name,
+    new_head,
+    parse_record,
+    pending_writes,
+    record_header,
+    scan,
+    thread_session_id,
+    visible,
+    with_state,
+)
 from ._model import Session
 from ._store import Store
 
-PREFIX = "lg-"
-SOURCE = "langgraph"  # the thread sessions' source: recovery selects their markers by it
-RECORD_FORMAT = "fsdurable.lgrecord/1"
-HEAD_FORMAT = "fsdurable.lghead/1"
-KINDS = ("ckpt", "writes")
-Typed = tuple[str, bytes]
-# run states kept in the head; only "running" is an interrupted run after a crash
-RUNNING, ENDED, PAUSED, FAILED = "running", "ended", "paused", "failed"
 _HEADER_PEEK = 1 << 16
-# commits a thread's new head (and run state) for a graph run: (session, head, state) -> session
-Through = Callable[[Session, dict[str, Any], "str | None"], Session]
+# commits a thread's new head (and run state) for a graph run: (session, head, state, logged)
+# -> session; ``logged``: the head is in the log already (the document may stay as it is)
+Through = Callable[[Session, dict[str, Any], "str | None", bool], Session]
 _CACHE = 256  # records kept parsed in memory (immutable: a cached record is never stale)
 
-
-def thread_session_id(thread_id: object) -> str:
-    """The session id of a LangGraph thread id (``lg-`` + 128 bits of its SHA-256)."""
-    raw = str(thread_id).encode("utf-8", "surrogatepass")
-    return PREFIX + hashlib.sha256(raw).hexdigest()[:32]
-
-
-@attrs.frozen
-class Record:
-    """One parsed record: its header and its parts' typed bytes."""
-
-    header: dict[str, Any]
-    parts: tuple[Typed, ...]
-
-    def blob(self, channel: str, version: Any) -> Typed | None:
-        for meta, typed in zip(self.header["parts"], self.parts, strict=True):
-            if meta[0] == "blob" and meta[3] == channel and meta[4] == version:
-                return typed
-        return None
-
-
-def encode_record(header: dict[str, Any], parts: list[tuple[list[Any], Typed]]) -> bytes:
-    """Header line + payload; ``parts`` is ``[(descriptor tail, (type, bytes))]``."""
-    import orjson
-
-    metas, payload = [], []
-    for tail, (typ, data) in parts:
-        metas.append([tail[0], typ, len(data), *tail[1:]])
-        payload.append(data)
-    body = b"".join(payload)
-    head = {"format": RECORD_FORMAT, **header, "parts": metas, "crc32": zlib.crc32(body)}
-    return orjson.dumps(head) + b"\n" + body
-
-
-def parse_record(data: bytes, *, path: str | None = None) -> Record:
-    """Parse a record; UnreadableState (reason ``corrupt`` / ``unknown_version``) if it is not
-    exactly what a writer wrote."""
-    header = _header(data, path)
-    body = memoryview(data)[data.index(b"\n") + 1:]
-    if zlib.crc32(body) != header.get("crc32"):
-        raise UnreadableState(f"record {path} fails its checksum", path=path, reason="corrupt")
-    parts, at = [], 0
-    for meta in header["parts"]:
-        n = meta[2]
-        parts.append((meta[1], bytes(body[at:at + n])))
-        at += n
-    if at != len(body):
-        raise UnreadableState(f"record {path} has {len(body) - at} stray bytes", path=path,
-                              reason="corrupt")
-    return Record(header, tuple(parts))
-
-
-def _header(data: bytes, path: str | None) -> dict[str, Any]:
-    import orjson
-
-    nl = data.find(b"\n")
-    try:
-        head = orjson.loads(data[:nl]) if nl >= 0 else None
-    except orjson.JSONDecodeError:
-        head = None
-    if not isinstance(head, dict) or not isinstance(head.get("parts"), list):
-        raise UnreadableState(f"record {path} has no header", path=path, reason="corrupt")
-    if head.get("format") != RECORD_FORMAT:
-        raise UnreadableState(f"record {path} is {head.get('format')!r}", path=path,
-                              reason="unknown_version")
-    return head
-
-
-@attrs.define
-class _Index:
-    """Every visible record of one thread, by checkpoint (built from one listing)."""
-
-    seq: int
-    gone: frozenset[int]
-    ckpts: dict[tuple[str, str], int] = attrs.Factory(dict)  # (ns, id) -> seq
-    writes: dict[tuple[str, str], list[int]] = attrs.Factory(dict)
-    runs: dict[int, str | None] = attrs.Factory(dict)  # ckpt seq -> run id
-
-
-def new_head(thread_id: str) -> dict[str, Any]:
-    """A new thread's head. ``gen``: this incarnation of the thread — a thread deleted and
-    started again under the same id (its records numbered from 1 again) is another ``gen``,
-    so no cache keyed by it answers from the deleted thread's records."""
-    return {"format": HEAD_FORMAT, "thread_id": thread_id, "gen": new_id(), "seq": 0,
-            "epoch": 0, "ns": {}, "gone": [], "run": {"state": ENDED, "run_id": None}}
-
-
-def gen_of(s: Session) -> str:
-    """The thread's incarnation (a head written before ``gen`` existed: its creation time)."""
-    gen = head_of(s).get("gen")
-    return gen if isinstance(gen, str) else repr(s.created_at)
-
-
-def with_state(head: dict[str, Any], state: str | None) -> dict[str, Any]:
-    """``head`` with its run state set (None: unchanged)."""
-    return head if state is None else {**head, "run": {**head["run"], "state": state}}
-
-
-def describe(s: Session) -> dict[str, Any]:
-    """What a thread session is, for a listing (the CLI): its LangGraph thread id, its run's
-    state, the latest checkpoint of each namespace, its record count. Stdlib only; raises
-    UnreadableState if the session is not a LangGraph thread."""
-    h = head_of(s)
-    return {"session_id": s.id, "thread_id": h["thread_id"], "run": h["run"].get("state"),
-            "in_progress": s.in_progress, "records": h["seq"],
-            "checkpoints": {ns: e["id"] for ns, e in h["ns"].items()}}
-
-
-def head_of(s: Session) -> dict[str, Any]:
-    h = s.metadata.get("langgraph")
-    if not isinstance(h, dict) or h.get("format") != HEAD_FORMAT:
-        raise UnreadableState(f"session {s.id!r} is not a LangGraph thread", session_id=s.id,
-                              reason="not_a_thread")
-    return h
 
 
 class Threads:
@@ -181,9 +88,14 @@ class Threads:
         self.named = named
         self.layout = store.layout
         self._durable = store.config.fsync
+        self._max = store.config.max_file_bytes
         self._mu = threading.Lock()
+        self._vmu = threading.RLock()  # the logs' views (parsed in place, incrementally)
         self._records: OrderedDict[tuple[str, str, int], Record] = OrderedDict()
         self._index: dict[str, tuple[tuple[str, int], _Index]] = {}  # sid -> (era, index)
+        self._logs: dict[str, tuple[tuple[str, int], LogView]] = {}  # sid -> ((gen, n), view)
+        self._docs: dict[str, Session] = {}  # sid -> the document last read (checked by stat)
+        self._paths: dict[tuple[str, int], str] = {}
 
     # ------------------------------------------------------------------ reading
 
@@ -199,13 +111,97 @@ class Threads:
         return thread_session_id(thread_id)
 
     def session(self, sid: str) -> Session | None:
+        """The thread's document as on disk: the one last read or committed here if the file
+        is still that commit (the store's own check of its stat, a racy one confirmed from the
+        file's first bytes), else read again."""
+        st = _fsio.lstat(self.layout.session(sid))
+        with self._mu:
+            cached = self._docs.get(sid)
+        if st is not None and cached is not None \
+                and self.store._cache.session_ident(sid, self.layout.session(sid), st) \
+                == (cached.version, cached.commit_id):
+            return cached
         try:
-            return self.store.load(sid)
+            s = self.store.load(sid)
         except SessionNotFound:
             return None
+        with self._mu:
+            if len(self._docs) > _CACHE:
+                self._docs.clear()
+            self._docs[sid] = s
+        return s
+
+    def log_path(self, sid: str, n: int) -> str:
+        with self._mu:
+            path = self._paths.get((sid, n))
+        if path is None:
+            path = os.path.join(self.layout.lg_thread(sid), log_name(n))
+            with self._mu:
+                if len(self._paths) > _CACHE:
+                    self._paths.clear()
+                self._paths[(sid, n)] = path
+        return path
+
+    def _view(self, s: Session, h: dict[str, Any]) -> LogView | None:
+        """The thread's log parsed up to its end (only the bytes new since the last call are
+        read); None if it has no log file yet."""
+        n = h["log"]["n"]
+        era = (gen_of(s), n)
+        with self._vmu:
+            cached = self._logs.get(s.id)
+            old = cached[1] if cached is not None and cached[0] == era else None
+            view = scan(self.log_path(s.id, n), old, self._max)
+            if view is None:
+                self._logs.pop(s.id, None)
+                return None
+            if view.gen != era[0]:
+                raise UnreadableState(f"the log of thread {s.id!r} is of another incarnation",
+                                      session_id=s.id, reason="corrupt")
+            self._logs[s.id] = (era, view)
+            return view
+
+    def head(self, s: Session) -> dict[str, Any]:
+        """The thread's head as it stands: the last one its log holds (the document's run
+        state and log number), or the document's. UnreadableState (reason ``log_short``) if the
+        log ends before what the document counts (lost, or not delivered by a sync tool yet)."""
+        h = head_of(s)
+        log = h.get("log")
+        if log is None:  # the record-file layout
+            return h
+        view = self._view(s, h)
+        if view is None or view.head is None or view.head_end < log["at"]:
+            if log["at"] == 0:
+                return h
+            raise UnreadableState(f"the log of thread {s.id!r} ends before byte {log['at']} "
+                                  "its document counts", session_id=s.id, reason="log_short")
+        return {**view.head, "run": h["run"], "log": {"n": log["n"], "at": view.head_end}}
+
+    def _legacy(self, h: dict[str, Any]) -> int:
+        """Records numbered up to this are files of the record-file layout."""
+        return int(h.get("legacy", 0)) if "log" in h else int(h["seq"])
+
+    def raw(self, s: Session, seq: int, kind: str) -> bytes:
+        """The bytes of one record, from its file (older layout) or its frame."""
+        h = head_of(s)
+        if seq <= self._legacy(h):
+            path = self.layout.lg_record(s.id, seq, kind)
+            return _fsio.read_bounded(path, self._max)[0]
+        with self._vmu:
+            view = self._view(s, h)
+            loc = view.locs.get(seq) if view is not None else None
+        path = self.log_path(s.id, h["log"]["n"])
+        if loc is None or loc[0] != kind:
+            raise UnreadableState(f"record {seq} ({kind}) is not in {path}", path=path,
+                                  session_id=s.id, reason="corrupt")
+        data, _ = _fsio.read_span(path, loc[1], loc[2])
+        if len(data) != loc[2]:
+            raise UnreadableState(f"record {seq} of {path} is cut short", path=path,
+                                  session_id=s.id, reason="corrupt")
+        return data
 
     def record(self, s: Session, seq: int, kind: str) -> Record:
-        """One record of the thread ``s`` (cached by the thread's incarnation and number)."""
+        """One record of the thread ``s`` (cached by the thread's incarnation and number: a
+        record is never rewritten, a deletion copies it byte for byte)."""
         sid = s.id
         key = (sid, gen_of(s), seq)
         with self._mu:
@@ -213,9 +209,7 @@ class Threads:
             if rec is not None:
                 self._records.move_to_end(key)
                 return rec
-        path = self.layout.lg_record(sid, seq, kind)
-        data, _ = _fsio.read_bounded(path, self.store.config.max_file_bytes)
-        rec = parse_record(data, path=path)
+        rec = parse_record(self.raw(s, seq, kind), path=f"{sid}#{seq}.{kind}")
         with self._mu:
             self._records[key] = rec
             while len(self._records) > _CACHE:
@@ -231,11 +225,33 @@ class Threads:
         data = _fsio.read_prefix(path, _HEADER_PEEK)
         if b"\n" not in data:
             return self.record(s, seq, kind).header
-        return _header(data, path)
+        return record_header(data, path)
+
+    def present(self, s: Session, head: dict[str, Any], above: int = 0
+                ) -> list[tuple[int, str, str, str, str | None]]:
+        """(seq, kind, ns, checkpoint id, run id) of every record numbered ``above`` ..
+        ``head["seq"]`` on disk (deleted ones included), in order."""
+        seq, legacy = head["seq"], self._legacy(head)
+        out = []
+        if above < legacy:
+            for name in _fsio.list_names(self.layout.lg_thread(s.id), follow=False):
+                num, _, kind = name.partition(".")
+                if kind in KINDS and len(num) == 12 and num.isdigit() \
+                        and above < int(num) <= min(seq, legacy):
+                    h = self._peek(s, int(num), kind)
+                    out.append((int(num), kind, h["ns"], h["id"], h.get("run_id")))
+        if "log" in head and seq > max(above, legacy):
+            with self._vmu:
+                view = self._view(s, head)
+                locs = dict(view.locs) if view is not None else {}
+            for n, loc in locs.items():
+                if max(above, legacy) < n <= seq:
+                    out.append((n, loc[0], loc[3], loc[4], loc[5]))
+        return sorted(out)
 
     def index(self, s: Session) -> _Index:
         """Every visible record of the thread; only the records new since the last call are read."""
-        head = head_of(s)
+        head = self.head(s)
         seq, gone = head["seq"], frozenset(head["gone"])
         era = (gen_of(s), head.get("epoch", 0))  # a drop bumps the epoch
         with self._mu:
@@ -249,20 +265,14 @@ class Threads:
                                writes={k: list(v) for k, v in idx.writes.items()})
         else:
             idx = _Index(0, gone)
-        names = []
-        for name in _fsio.list_names(self.layout.lg_thread(s.id), follow=False):
-            num, _, kind = name.partition(".")
-            if kind in KINDS and len(num) == 12 and num.isdigit() \
-                    and idx.seq < int(num) <= seq and int(num) not in gone:
-                names.append((int(num), kind))
-        for n, kind in sorted(names):
-            h = self._peek(s, n, kind)
-            key = (h["ns"], h["id"])
+        for n, kind, ns, ckid, run_id in self.present(s, head, idx.seq):
+            if n in gone:
+                continue
             if kind == "ckpt":
-                idx.ckpts[key] = n
-                idx.runs[n] = h.get("run_id")
+                idx.ckpts[(ns, ckid)] = n
+                idx.runs[n] = run_id
             else:
-                idx.writes.setdefault(key, []).append(n)
+                idx.writes.setdefault((ns, ckid), []).append(n)
         idx.seq = seq
         with self._mu:
             self._index[s.id] = (era, idx)
@@ -273,7 +283,7 @@ class Threads:
                               ] | None:
         """A checkpoint (the latest of ``ns`` if ``ckid`` is None): its record, its blobs by
         channel, and its pending writes in ``writes_sort_key`` order."""
-        head = head_of(s)
+        head = self.head(s)
         entry = head["ns"].get(ns)
         if ckid is None or (entry is not None and entry["id"] == ckid):
             if entry is None:
@@ -295,18 +305,8 @@ class Threads:
 
     def writes_of(self, s: Session, seqs: Iterable[int]
                   ) -> list[tuple[str, str, Typed, str, int]]:
-        """Pending writes of those records: a repeated (task, idx >= 0) keeps the first, a
-        special (negative) index keeps the last; sorted by (task_path, task_id, idx)."""
-        kept: dict[tuple[str, int], tuple[str, str, Typed, str, int]] = {}
-        for n in sorted(seqs):
-            rec = self.record(s, n, "writes")
-            h = rec.header
-            for meta, typed in zip(h["parts"], rec.parts, strict=True):
-                key = (h["task_id"], meta[4])
-                if key[1] >= 0 and key in kept:
-                    continue
-                kept[key] = (h["task_id"], meta[3], typed, h["task_path"], meta[4])
-        return sorted(kept.values(), key=lambda w: (w[3], w[0], w[4]))
+        """Pending writes of those records (``_lglog.pending_writes``)."""
+        return pending_writes(self.record(s, n, "writes") for n in sorted(seqs))
 
     def thread_ids(self) -> list[tuple[str, str]]:
         """(session id, thread id) of every thread, from one listing of ``sessions/``."""
@@ -326,26 +326,40 @@ class Threads:
                through: Through | None = None) -> Session | None:
         """Under the thread's commit lock: ``fn(session, head, next_seq)`` returns the records to
         write (kind, bytes), the new head and the run state (None: unchanged) — or None for
-        nothing to do. The records are written (write-once) before the head is committed —
-        by ``through(session, head, state)`` if given (the graph run's turn protocol), else by
-        ``commit``."""
+        nothing to do. The records and the new head are appended to the log (one fdatasync);
+        the document is committed — by ``through(session, head, state, logged)`` if given (the
+        graph run's turn protocol), else by ``commit`` — when the thread is new, when the run
+        state changes, or when no frame was written."""
         sid = self.sid(thread_id)
         with self.store.commit_lock(sid):
             s = self.session(sid)
             if s is None:
                 self._clear_dir(sid)  # a crashed first put or delete: nothing acknowledged
-            head = head_of(s) if s is not None else new_head(str(thread_id))
+            head = self.head(s) if s is not None else new_head(str(thread_id))
             out = fn(s, head, head["seq"] + 1)
             if out is None:
                 return s
             records, new, state = out
+            new = {**new, "format": HEAD_FORMAT}
+            migrating = "log" not in head  # the record-file layout: the document must say so
+            if migrating:
+                new.update(legacy=head["seq"], log={"n": 0, "at": 0},
+                           gen=gen_of(s) if s is not None else new["gen"])
             seq = head["seq"]
+            frames = []
             for kind, data in records:
                 seq += 1
-                self._write_once(sid, seq, kind, data)
+                frames.append((kind, seq, data))
             new["seq"] = seq
+            if frames:
+                end = self._append(sid, new, frames, migrating=migrating)
+                new["log"] = {**new["log"], "at": end}
+            logged = bool(frames) and not migrating
             if through is not None and s is not None:
-                return through(s, new, state)
+                return through(s, new, state, logged)
+            if s is not None and logged \
+                    and with_state(new, state)["run"] == head_of(s)["run"]:
+                return s  # the log holds it: the document is not rewritten
             return self.commit(sid, s, new, state)
 
     def commit(self, sid: str, s: Session | None, head: dict[str, Any],
@@ -363,31 +377,47 @@ class Threads:
 
     def ensure(self, thread_id: str) -> Session:
         """The thread's session, created (with a new head) if missing."""
-        got = self.mutate(thread_id, lambda s, head, _n: None if s is not None
-                          else ([], head, None))
+        got = self.mutate(thread_id, lambda s, h, _n: None if s is not None else ([], h, None))
         assert got is not None
         return got
 
-    def _write_once(self, sid: str, seq: int, kind: str, data: bytes) -> None:
-        path = self.layout.lg_record(sid, seq, kind)
-        for other in KINDS:  # a crashed write may have left this number under the other kind
-            stray = self.layout.lg_record(sid, seq, other)
-            if other != kind and _fsio.lstat(stray) is not None:
-                _fsio.unlink(stray, durable=False)  # made durable by write_new's dir fsync
-        for _ in range(3):
-            try:
-                _fsio.write_new(path, data, durable=self._durable)
-            except FileExistsError:  # numbered above the head: never acknowledged, replace it
+    def _append(self, sid: str, new: dict[str, Any], frames: list[tuple[str, int, bytes]], *,
+                migrating: bool) -> int:
+        """Append ``frames`` (the last carrying ``new``) to the thread's log at its valid end,
+        one fdatasync; the log is created (durably) first if missing. Returns its new end."""
+        n = new["log"]["n"]
+        path = self.log_path(sid, n)
+        data = encode_frames(frames, {k: v for k, v in new.items() if k not in ("run", "log")})
+        with self._vmu:
+            cached = self._logs.get(sid)
+            view = cached[1] if cached is not None and cached[0] == (new["gen"], n) else None
+            if migrating:  # a log no document names (a migration a crash cut short)
                 _fsio.unlink(path, durable=False)
-                with self._mu:
-                    for key in [k for k in self._records if k[0] == sid and k[2] == seq]:
-                        del self._records[key]
-                continue
-            except FileNotFoundError:  # the thread's directory is not there yet
+                view = None
+            else:
+                view = scan(path, view, self._max)
+            if view is None:  # no log yet, or one whose header a crash tore: nothing in it
                 _fsio.makedirs(self.layout.lg_thread(sid), durable=self._durable)
-                continue
-            return
-        raise InvalidState(f"cannot write record {path}", path=path, reason="record_exists")
+                _fsio.unlink(path, durable=False)
+                _fsio.write_new(path, encode_header(new["thread_id"], new["gen"], n),
+                                durable=self._durable)
+                view = scan(path, None, self._max)
+                assert view is not None
+            view.cut()
+            at = view.end
+            end = _fsio.append_at(path, at, data, durable=self._durable)
+            view.feed(data, at, self._max)
+            if view.end != end or view.head_end != end:  # pragma: no cover - our own frames
+                self._logs.pop(sid, None)
+                raise UnreadableState(f"the frames appended to {path} do not parse", path=path,
+                                      reason="corrupt")
+            self._logs[sid] = ((new["gen"], n), view)
+        with self._mu:  # the records just written: the next put reads its parent's refs
+            for _kind, seq, raw in frames:
+                self._records[(sid, new["gen"], seq)] = parse_record(raw, path=f"{sid}#{seq}")
+            while len(self._records) > _CACHE:
+                self._records.popitem(last=False)
+        return end
 
     def _clear_dir(self, sid: str) -> None:
         """Remove a thread directory whose session is gone (deleted, or never committed)."""
@@ -401,6 +431,8 @@ class Threads:
             self._index.pop(sid, None)
             for key in [k for k in self._records if k[0] == sid]:
                 del self._records[key]
+        with self._vmu:
+            self._logs.pop(sid, None)
 
     def delete(self, thread_id: str) -> bool:
         """Delete a thread: its session first (the one step that decides), then its records."""
@@ -413,15 +445,17 @@ class Threads:
         return existed
 
     def drop(self, thread_id: str, choose: Callable[[dict[str, Any], _Index], set[int]]) -> None:
-        """Delete some records of a thread: ``choose(head, index)`` names them. They are first
-        committed as ``gone`` (invisible), then unlinked unless a surviving checkpoint still
-        reads a blob from them; the head's latest checkpoint per namespace is recomputed."""
+        """Delete some records of a thread: ``choose(head, index)`` names them. The records
+        that stay — and the deleted ones a surviving checkpoint still reads a blob from, kept as
+        ``gone`` — are copied into a new log (temp, fsync, rename); the head naming it is
+        committed; then the old log (and any record file of the older layout) is removed. The
+        head's latest checkpoint per namespace is recomputed."""
         sid = self.sid(thread_id)
         with self.store.commit_lock(sid):
             s = self.session(sid)
             if s is None:
                 return
-            head = head_of(s)
+            head = self.head(s)
             idx = self.index(s)
             doomed = choose(head, idx)
             if not doomed:
@@ -435,37 +469,32 @@ class Threads:
                 if cur is None or ckid > cur["id"]:
                     ws = [w for w in idx.writes.get((ns, ckid), []) if w not in gone]
                     ns_map[ns] = {"id": ckid, "seq": n, "writes": ws}
-            head = {**head, "ns": ns_map, "gone": sorted(gone),
-                    "epoch": head.get("epoch", 0) + 1}
-            still = s.in_progress and bool(ns_map)
-            s = self.commit(sid, s, head, None if still else ENDED)
             needed: set[int] = set()
             for n in idx.ckpts.values():
                 if n not in gone:
-                    refs = self.record(s, n, "ckpt").header["refs"]
-                    needed.update(b for b, _v in refs.values())
-            freed = {n for n in gone if n not in needed}
+                    needed.update(b for b, _v in self.record(s, n, "ckpt").header["refs"].values())
+            n_log = head["log"]["n"] + 1 if "log" in head else 0
+            new = {k: v for k, v in head.items() if k not in ("legacy", "run", "log")}
+            new.update(format=HEAD_FORMAT, ns=ns_map, gone=sorted(gone & needed),
+                       epoch=head.get("epoch", 0) + 1)
+            keep = [(kind, n, self.raw(s, n, kind)) for n, kind, *_ in self.present(s, head)
+                    if n not in gone or n in needed]
+            data = encode_header(head["thread_id"], head["gen"], n_log) + encode_frames(keep, new)
+            path = self.log_path(sid, n_log)
+            _fsio.makedirs(self.layout.lg_thread(sid), durable=self._durable)
+            _fsio.write_atomic(path, data, durable=self._durable)
+            new = {**new, "run": head["run"], "log": {"n": n_log, "at": len(data)}}
+            still = s.in_progress and bool(ns_map)
+            self.commit(sid, s, new, None if still else ENDED)
             d = self.layout.lg_thread(sid)
-            for name in _fsio.list_names(d, follow=False):
-                num = name.partition(".")[0]
-                if num.isdigit() and int(num) in freed:
-                    _fsio.unlink(f"{d}/{name}", durable=False)
-            if freed and self._durable:
+            old = [name for name in _fsio.list_names(d, follow=False)
+                   if name != log_name(n_log) and not name.startswith("~")]
+            for name in old:
+                _fsio.unlink(f"{d}/{name}", durable=False)
+            if old and self._durable:
                 _fsio.fsync_dir(d)
-            self.commit(sid, s, {**head, "gone": sorted(gone - freed)}, None)
 
 
-def visible(idx: _Index, ns: str | None) -> Iterator[tuple[str, str, int]]:
-    """(ns, checkpoint id, seq) of the visible checkpoints, by namespace then newest first."""
-    keys = sorted(((k[0], k[1], n) for k, n in idx.ckpts.items() if ns is None or k[0] == ns),
-                  key=lambda t: (t[0], t[1]))
-    by_ns: dict[str, list[tuple[str, str, int]]] = {}
-    for t in keys:
-        by_ns.setdefault(t[0], []).append(t)
-    for group in by_ns.values():
-        yield from reversed(group)
-
-
-__all__ = ["ENDED", "FAILED", "PAUSED", "PREFIX", "RUNNING", "SOURCE", "Record", "Threads",
-           "Through", "describe", "encode_record", "gen_of", "head_of", "new_head",
-           "parse_record", "thread_session_id", "visible", "with_state"]
+__all__ = ["ENDED", "FAILED", "PAUSED", "PREFIX", "RECORD_FORMAT", "RUNNING", "SOURCE", "Record",
+           "Threads", "Through", "Typed", "describe", "encode_record", "gen_of", "head_of",
+           "new_head", "parse_record", "thread_session_id", "visible", "with_state"]

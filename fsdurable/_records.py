@@ -130,7 +130,7 @@ def defaults(cls: T) -> T:
 # The drivers of a turn: the reference AgentLoop ("loop") and the framework adapters. The session
 # records which one owns its turn (Turn.driver, copied into the marker); recovery hands a turn to
 # that driver's recover() alone. ``source`` is provenance only and never decides it.
-DRIVERS = ("loop", "langgraph", "openai-agents", "pydantic-ai", "claude")
+DRIVERS = ("loop", "langgraph", "openai-agents", "pydantic-ai", "claude", "adk")
 # Only for turns written before the driver was recorded (driver ""): each adapter then marked its
 # sessions with its own source, so the source is the one trace of the owner such a file has.
 _LEGACY_DRIVER = {"langgraph": "langgraph", "openai-agents": "openai-agents",

@@ -159,7 +159,8 @@ def _default_select(select: Callable[[Marker], bool] | None, host: Host
 
 def recover(store: Store, loop: Host, policy: RecoveryPolicy | None = None, *,
             dry_run: bool = False, resume: bool = True,
-            select: Callable[[Marker], bool] | None = None) -> RecoveryReport:
+            select: Callable[[Marker], bool] | None = None,
+            progress: Callable[[str, int, int], None] | None = None) -> RecoveryReport:
     """Recover every interrupted turn of this node (what a host calls at daemon start).
 
     Only the turns the host's driver owns are claimed (``host.driver``, default ``loop``:
@@ -174,7 +175,9 @@ def recover(store: Store, loop: Host, policy: RecoveryPolicy | None = None, *,
     A marker that cannot be read goes to the repair gate first (this node's turn in progress:
     rebuilt from its session, then gated like the others). ``dry_run=True`` changes nothing
     and says what a real run would do. Never raises because of one turn: each outcome is in the
-    report and the event log.
+    report and the event log. ``progress("turns", done, total)``, if given, is called as each
+    interrupted turn's marker is dealt with (``total``: the markers listed; it should return
+    at once: a CLI draws it).
     """
     pol = policy_of(store, policy)
     select = _default_select(select, loop)
@@ -183,7 +186,9 @@ def recover(store: Store, loop: Host, policy: RecoveryPolicy | None = None, *,
                                            resume=resume)), dry_run=True)
     markers, bad = store.scan_markers()
     out = _bad_markers(store, markers, bad)
-    for m in markers:
+    for n, m in enumerate(markers, 1):
+        if progress is not None:
+            progress("turns", n, len(markers))
         if select is not None and not select(m):
             continue
         base, done = _listed(store, m, pol)

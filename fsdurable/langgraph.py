@@ -206,7 +206,7 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
         reply = runs.final_reply(values) if state == lg.ENDED else None
 
         def build(s: Session | None, head: dict[str, Any], seq: int) -> Any:
-            refs = self._refs(s, ns, parent, versions, new_versions, seq)
+            refs = self._refs(s, head, ns, parent, versions, new_versions, seq)
             rec = lg.encode_record({"kind": "ckpt", "thread_id": head["thread_id"], "seq": seq,
                                     "ns": ns, "id": ckid, "parent": parent,
                                     "run_id": run_id if isinstance(run_id, str) else None,
@@ -237,15 +237,18 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
             self.threads.mutate(tid, build, through)
         return {"configurable": {"thread_id": tid, "checkpoint_ns": ns, "checkpoint_id": ckid}}
 
-    def _refs(self, s: Session | None, ns: str, parent: str | None, versions: ChannelVersions,
-              new_versions: ChannelVersions, seq: int) -> dict[str, Ref]:
+    def _refs(self, s: Session | None, head: dict[str, Any], ns: str, parent: str | None,
+              versions: ChannelVersions, new_versions: ChannelVersions, seq: int
+              ) -> dict[str, Ref]:
         """For each channel of the checkpoint, the record holding its blob at that version."""
         refs: dict[str, Ref] = {}
         prefs: dict[str, Ref] = {}
         if s is not None and parent:
-            got = self.threads.checkpoint(s, ns, parent)
-            if got is not None:
-                prefs = got[0].header["refs"]
+            entry = head["ns"].get(ns)
+            pseq = entry["seq"] if entry is not None and entry["id"] == parent \
+                else self.threads.index(s).ckpts.get((ns, parent))
+            if pseq is not None:
+                prefs = self.threads.record(s, pseq, "ckpt").header["refs"]
         missing = []
         for ch, ver in versions.items():
             if ch in new_versions and new_versions[ch] == ver:
@@ -367,7 +370,7 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
         src = self.threads.session(self.threads.sid(source_thread_id))
         if src is None:
             return
-        shead = lg.head_of(src)
+        shead = self.threads.head(src)
         idx = self.threads.index(src)
         shown = set(idx.ckpts.values())
         reffed = {b for n in shown

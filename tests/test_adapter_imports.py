@@ -11,7 +11,7 @@ import pytest
 from .conftest import PYTHON, subprocess_env
 
 FRAMEWORKS = ("agents", "pydantic_ai", "pydantic", "claude_agent_sdk", "langgraph",
-              "langchain_core", "openai", "anthropic")
+              "langchain_core", "openai", "anthropic", "google")
 
 
 def loaded_after(code: str) -> list[str]:

@@ -64,5 +64,6 @@ def test_quick_bench_completes_and_writes_valid_json(tmp_path: Path) -> None:
     assert pai["startup"]["fsdurable_ledger"]["tool_reruns"] == 0  # answered from the ledger
     assert stats_ok(ad["results"]["pydantic_ai_durable"])
     assert stats_ok(ad["results"]["pydantic_ai_dbos"])
+    assert all(stats_ok(ad["results"][k]) for k in ("adk", "adk_memory", "adk_database"))
     # the quick run never rewrites the committed README or results
     assert not (out / "README.md").exists()

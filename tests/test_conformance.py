@@ -23,7 +23,7 @@ import fsdurable
 from tests.conformance import drivers as _drivers
 from tests.conformance.harness import GUARDED, IDEM, PAY, World, forked, outcomes_for
 
-REQUIRED = {"loop", "langgraph", "langgraph_async", "openai_agents"}
+REQUIRED = {"loop", "langgraph", "langgraph_async", "openai_agents", "adk"}
 MODULES = sorted(m.name for m in pkgutil.iter_modules(_drivers.__path__))
 SID = "conv-1"
 

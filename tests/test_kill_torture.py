@@ -106,6 +106,19 @@ def test_pydantic_ai_runs_under_kills(tmp_path: Path) -> None:
     assert res["completed"] + res["abandoned"] + res["not_started"] == res["rounds"]
 
 
+def test_adk_runs_under_kills(tmp_path: Path) -> None:
+    """Durable Google ADK runs (``fsdurable.adk.DurableRunner``, the conformance driver)
+    SIGKILLed at random and recovered by fresh processes settle to their end state
+    (``python -m tests.torture.drivekills --driver adk --kills 1000`` is the long run)."""
+    pytest.importorskip("google.adk")
+    from tests.torture import drivekills
+
+    res = drivekills.run(str(tmp_path), kills=6, seed=5, max_rounds=12, driver="adk")
+    assert res["violations"] == []
+    assert res["kills"] >= 1
+    assert res["completed"] + res["abandoned"] + res["not_started"] == res["rounds"]
+
+
 @pytest.mark.parametrize(("tools", "needle"), [
     ([_call("external"), _call("external", resumed=True)], "external call run 2 times"),
     ([_call("apply"), _call("apply", resumed=True)], "idempotent effect applied 2 times"),

@@ -39,7 +39,7 @@ from .conftest import PYTHON, REPO, subprocess_env
 
 SCHEMAS = REPO / "schemas"
 SCHEMA = {k: Draft202012Validator(json.loads((SCHEMAS / f"{k}.schema.json").read_text()))
-          for k in ("lgrecord", "lghead")}
+          for k in ("lgrecord", "lghead", "lglog", "lgframe")}
 
 
 def child(*args: str, log: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -200,28 +200,48 @@ def _put(saver: FsDurableSaver, tid: str, parent: Any, i: int, value: Any) -> An
     return saver.put(cfg, cp, generate_metadata(step=i), {"messages": i + 1, "step": i + 1})
 
 
-def test_a_put_appends_one_record_and_commits_the_head_never_rewriting_history(
-        root: Path) -> None:
-    saver = FsDurableSaver(root)
+def test_a_put_in_a_run_is_one_frame_appended_to_the_log_and_one_fsync(root: Path) -> None:
+    """The first put begins the run (document, marker, log); every later one appends one
+    frame to the thread's log and fdatasyncs it — nothing else is written, renamed or synced."""
+    saver = FsDurableSaver(root, config=fsdurable.Config(checkpoint_debounce=3600.0))
     cfg = None
     sizes = []
+    sid = thread_session_id("chat")
+    log = str(root / "langgraph" / sid / "000000.lglog")
     for i in range(30):
         with recording() as ops:
             cfg = _put(saver, "chat", cfg, i, ["same size message"] * 3)
-        finals = [a[1] for op, a in ops if op in ("rename", "link")]
-        sid = thread_session_id("chat")
-        # (the first put's create is retried once the thread's directory is made)
-        records = sorted({a[0] for op, a in ops if op == "create" and "/langgraph/" in a[0]})
-        assert len(records) == 1 and records[0].endswith(f"{i + 1:012d}.ckpt")
-        assert set(finals) <= {str(root / "sessions" / f"{sid}.json"),
-                               str(root / "markers" / f"{sid}.json")}
-        assert not any(op == "unlink" and "/langgraph/" in a[0] and not a[0].endswith(".tmp")
-                       for op, a in ops)
-        sizes.append(sum(len(a[1]) for op, a in ops if op == "write"))
-    assert max(sizes[5:]) - min(sizes[5:]) < 64  # flat: the head does not grow with history
+        if i == 0:
+            assert any(op == "rename" and a[1].endswith(f"{sid}.json") for op, a in ops)
+            continue
+        assert [(op, a[0]) for op, a in ops] == [("append", log), ("fsync", log)], ops
+        sizes.append(len(ops[0][1][1]))
+    assert max(sizes) - min(sizes) < 64  # flat: a frame does not grow with history
     tup = saver.get_tuple(generate_config("chat"))
     assert tup is not None and tup.checkpoint["channel_values"]["step"] == 29
     assert len(list(saver.list(generate_config("chat")))) == 30
+    fresh = FsDurableSaver(root)  # another process: the log's frames, not the document's head
+    again = fresh.get_tuple(generate_config("chat"))
+    assert again is not None and again.checkpoint == tup.checkpoint
+    assert len(list(fresh.list(generate_config("chat")))) == 30
+
+
+def _frames(data: bytes) -> list[tuple[dict[str, Any], bytes]]:
+    """The frames of a log's bytes after its header line, parsed as schemas/lglog.schema.json
+    describes them (an independent reader of the documented format)."""
+    import struct
+    import zlib
+
+    out, i = [], 0
+    while i < len(data):
+        magic, n, crc = struct.unpack_from(">4sII", data, i)
+        assert magic == b"\x1eLGF"
+        body = data[i + 12:i + 12 + n]
+        assert len(body) == n and zlib.crc32(body) == crc
+        nl = body.index(b"\n")
+        out.append((json.loads(body[:nl]), body[nl + 1:]))
+        i += 12 + n
+    return out
 
 
 def test_every_file_written_validates_and_payloads_are_the_serializers_bytes(
@@ -233,28 +253,45 @@ def test_every_file_written_validates_and_payloads_are_the_serializers_bytes(
         saver.prune(["w"])
         saver.delete_for_runs(["nope"])
     written = {a[0]: a[1] for op, a in ops if op == "write"}
-    finals = [(a[0], a[1]) for op, a in ops if op in ("rename", "link")]
-    finals += [(a[0], a[0]) for op, a in ops if op == "create" and "/langgraph/" in a[0]]
+    finals = [(written[a[0]], a[1]) for op, a in ops if op in ("rename", "link")]
+    finals += [(written[a[0]], a[0]) for op, a in ops  # write_new: no temp file
+               if op == "create" and not os.path.basename(a[0]).startswith("~")]
+    appended = [(a[1], a[0]) for op, a in ops if op == "append" and "/langgraph/" in a[0]]
     for v in SCHEMA.values():
         Draft202012Validator.check_schema(v.schema)
         assert v.schema.get("additionalProperties", True) is True  # readers ignore unknown keys
-    n_records = n_heads = 0
-    for tmp, final in finals:
-        data = written[tmp]
+    n_records = n_heads = n_logs = 0
+
+    def frames(data: bytes, where: str) -> None:
+        nonlocal n_records
+        for hdr, rest in _frames(data):
+            assert not list(SCHEMA["lgframe"].iter_errors(hdr)), (where, hdr)
+            if "record" in hdr:
+                rec = parse_record(rest, path=where)
+                assert not list(SCHEMA["lgrecord"].iter_errors(rec.header))
+                assert hdr["record"][:3] == [rec.header["kind"], rec.header["seq"], len(rest)]
+                for meta, typed in zip(rec.header["parts"], rec.parts, strict=True):
+                    if typed[0] != "empty":
+                        value = saver.serde.loads_typed(typed)
+                        assert saver.serde.dumps_typed(value)[0] == meta[1]
+                n_records += 1
+            else:
+                assert rest == b""
+
+    for data, final in finals:
         if "/langgraph/" in final:
-            rec = parse_record(data, path=final)
-            assert not list(SCHEMA["lgrecord"].iter_errors(rec.header))
-            assert final.endswith(f"{rec.header['seq']:012d}.{rec.header['kind']}")
-            for meta, typed in zip(rec.header["parts"], rec.parts, strict=True):
-                value = saver.serde.loads_typed(typed) if typed[0] != "empty" else None
-                if typed[0] != "empty":
-                    assert saver.serde.dumps_typed(value)[0] == meta[1]
-            n_records += 1
+            assert final.endswith(".lglog")
+            nl = data.index(b"\n")
+            assert not list(SCHEMA["lglog"].iter_errors(json.loads(data[:nl])))
+            frames(data[nl + 1:], final)
+            n_logs += 1
         elif "/sessions/lg-" in final:
             head = json.loads(data)["metadata"]["langgraph"]
             assert not list(SCHEMA["lghead"].iter_errors(head))
             n_heads += 1
-    assert n_records > 5 and n_heads > 5
+    for data, final in appended:
+        frames(data, final)
+    assert n_records > 5 and n_heads > 5 and n_logs >= 3
 
 
 @pytest.mark.parametrize("tid", ["../../etc/passwd", "a/b\\c", "", "CON", "t\u00e9\u4e2d\x00",

@@ -24,7 +24,10 @@ def test_the_workload_covers_every_writing_method(recording: lgcrash.LgRecording
     assert {"put", "put_writes", "delete_thread", "copy_thread", "prune",
             "delete_for_runs"} <= recording.kinds
     assert {op for op, _ in recording.ops} >= {"create", "write", "fsync", "rename", "unlink",
-                                               "mkdir", "rmdir", "fsync_dir"}
+                                               "mkdir", "rmdir", "fsync_dir", "append"}
+    # the thread of the record-file layout is migrated (its log created) and copied by a prune
+    assert any(op == "unlink" and a[0].endswith(".ckpt") for op, a in recording.ops)
+    assert any(op == "create" and a[0].endswith("000000.lglog") for op, a in recording.ops)
 
 
 def test_every_crash_state_leaves_readable_acknowledged_threads(

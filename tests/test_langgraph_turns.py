@@ -385,3 +385,39 @@ def test_a_run_killed_before_its_first_checkpoint_is_abandoned_with_an_event(
     assert "interrupted_turn_abandoned" in codes(st, "t1")
     assert codes(st, "t1").count("turn_completed") == (1 if earlier else 0)  # the earlier run
     assert codes(st, "t1")[-1] == "interrupted_turn_abandoned"
+
+
+def test_a_run_killed_after_its_last_checkpoint_keeps_its_reply(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the LangGraph kill torture: a run killed after its final checkpoint was saved
+    and before the end commit is ended by recovery (nothing left to run) WITH the graph's final
+    reply, as the uncrashed run would have ended it (it was ended with no reply)."""
+    from fsdurable._turns import TurnRun
+
+    from .lg_graph import RESPONSES, build
+    from .lg_graph import run as run_graph
+
+    class Died(BaseException):
+        """The process died inside the end commit."""
+
+    ended: list[TurnRun] = []
+
+    def died(self: TurnRun, *a: Any, **k: Any) -> Any:
+        ended.append(self)
+        raise Died
+
+    saver = FsDurableSaver(tmp_path / "store", session_ids="thread")
+    monkeypatch.setattr(TurnRun, "end", died)
+    with pytest.raises(Died):
+        run_graph(build(saver), "t1")
+    monkeypatch.undo()
+    [dead] = ended
+    dead.release()  # the route lock goes with the dead process
+    st = saver.store
+    fresh = FsDurableSaver(st, session_ids="thread")
+    report = recover(build(fresh), fresh)
+    [o] = [o for o in report.outcomes if o.session_id == "t1"]
+    assert (o.outcome, o.status) == ("resumed", "finished"), o
+    s = st.load("t1")
+    assert not s.in_progress
+    assert [m.content for m in s.messages if m.role == "assistant"] == [RESPONSES[-1].content]

@@ -33,18 +33,54 @@ def _floors(reqs: list[str]) -> dict[str, str]:
     return out
 
 
+def _pins(name: str) -> dict[str, str]:
+    text = (REPO / ".ci" / name).read_text("utf-8")
+    return {k.lower(): v for k, v in re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", text, re.M)}
+
+
+def _same_version(pin: str, floor: str) -> bool:
+    """``2.1.0`` pins the floor ``2.1``; ``2.1.5`` does not."""
+    n = max(len(pin.split(".")), len(floor.split(".")))
+    a, b = (tuple(map(int, (v + ".0" * n).split(".")[:n])) for v in (pin, floor))
+    return a == b
+
+
 def test_the_constraints_file_pins_every_dependency_at_its_declared_floor() -> None:
-    pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", (REPO / ".ci" / "constraints-floor.txt")
-                           .read_text("utf-8"), re.M))
-    pins = {k.lower(): v for k, v in pins.items()}
+    pins = _pins("constraints-floor.txt")
     declared = _floors(PROJECT["dependencies"])
     for name, floor in declared.items():
         assert name in pins, f"{name} has no floor pin in .ci/constraints-floor.txt"
-        assert tuple(map(int, pins[name].split("."))) == tuple(
-            map(int, (floor + ".0.0").split(".")[:len(pins[name].split("."))])), (name, floor)
+        assert _same_version(pins[name], floor), (name, pins[name], floor)
     # the floors the code needs: Converter.get_structure_hook; orjson's nesting limit
     assert tuple(map(int, declared["cattrs"].split("."))) >= (24, 1)
     assert tuple(map(int, declared["orjson"].split("."))) >= (3, 9, 15)
+
+
+def test_the_adapters_floor_file_pins_every_adapter_extra_at_its_declared_floor() -> None:
+    """.ci/run installs the adapter extras held at these pins and runs the adapters' tests: a pin
+    above its floor would test a version the extra does not promise, one missing would leave a
+    framework to float to its newest release, and a pin no extra declares would be a guess."""
+    pins = _pins("constraints-adapters-floor.txt")
+    declared: dict[str, str] = {}
+    for extra, reqs in PROJECT["optional-dependencies"].items():
+        if extra != "test":
+            declared.update(_floors(reqs))
+    assert set(declared) == set(pins), (sorted(declared), sorted(pins))
+    for name, floor in declared.items():
+        assert _same_version(pins[name], floor), (name, pins[name], floor)
+    # the floors the code needs: langgraph-prebuilt, as pip resolves it for langgraph below
+    # 1.1.5, imports langgraph.runtime.ServerInfo, which langgraph adds in 1.1.5
+    assert tuple(map(int, declared["langgraph"].split("."))) >= (1, 1, 5)
+    # the test extra pulls the adapters in through their extras, never with a floor of its own
+    for req in PROJECT["optional-dependencies"]["test"]:
+        if not req.startswith("fsdurable["):
+            assert _floors([req]).keys().isdisjoint(pins), req
+    # and .ci/run installs every adapter extra under these pins
+    ci = (REPO / ".ci" / "run").read_text("utf-8")
+    installed = re.search(r"-c \.ci/constraints-adapters-floor\.txt\s*\\\s*-e '\.\[([a-z,-]+)\]'",
+                          ci)
+    assert installed, "the adapters' floor venv installs the checkout with its extras"
+    assert set(installed.group(1).split(",")) == set(PROJECT["optional-dependencies"]) - {"test"}
 
 
 def test_extras_name_only_what_the_wheel_ships() -> None:

@@ -21,6 +21,9 @@ from __future__ import annotations
 import os
 import sys
 
+from ._term import Progress as Progress  # re-exported: the command modules draw with them
+from ._term import table as table
+
 OK, PROBLEMS, USAGE, INTERNAL, INTERRUPTED = 0, 1, 2, 3, 130
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up)
@@ -145,75 +148,6 @@ def iso(at: float, tz: Any = None) -> str:
     import datetime
 
     return datetime.datetime.fromtimestamp(at, tz).astimezone(tz).isoformat(timespec="seconds")
-
-
-def table(rows: list[list[str]], header: list[str], width: int | None = None) -> str:
-    """A plain text table (no dependency): columns padded to their widest cell, and, on a
-    terminal (or with ``COLUMNS`` set), narrowed to its width: the widest columns give way
-    first and their cells end in "…" (``--json`` has every value whole)."""
-    cells = [header, *rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    room = width if width is not None else _terminal_width()
-    if room is not None:
-        floor = [min(w, max(len(h), 8)) for w, h in zip(widths, header, strict=True)]
-        while sum(widths) + 2 * (len(widths) - 1) > room:
-            i = max(range(len(widths)), key=lambda k: widths[k] - floor[k])
-            if widths[i] <= floor[i]:
-                break  # as narrow as it gets: the terminal wraps the rest
-            widths[i] -= 1
-    lines = ["  ".join(_cut(c, w).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-             for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 1] + "…"
-
-
-def _terminal_width() -> int | None:
-    """The width tables fit: the terminal's, or ``COLUMNS``; None when piped (whole rows)."""
-    if not (sys.stdout.isatty() or os.environ.get("COLUMNS")):
-        return None
-    import shutil
-
-    return shutil.get_terminal_size((100, 24)).columns
-
-
-class Progress:
-    """On a terminal, a line on stderr that says the command is working (what, how long);
-    erased when done. Nothing without a terminal or with ``--json``."""
-
-    def __init__(self, args: argparse.Namespace, what: str) -> None:
-        import threading
-
-        self.what = what
-        self.on = not args.json and sys.stderr.isatty()
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True) if self.on else None
-
-    def __enter__(self) -> Progress:
-        if self.thread is not None:
-            self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.thread is not None:
-            self.done.set()
-            self.thread.join()
-            sys.stderr.write("\r\x1b[2K")
-            sys.stderr.flush()
-
-    def _run(self) -> None:
-        import time
-
-        t0, n = time.monotonic(), 0
-        while not self.done.wait(0.5 if n else 0.3):  # a quick command never shows it
-            spin = "|/-\\"[n % 4]
-            sys.stderr.write(f"\r\x1b[2K{self.what} {spin} {time.monotonic() - t0:.0f} s "
-                             "(Ctrl-C stops)")
-            sys.stderr.flush()
-            n += 1
 
 
 # ---------------------------------------------------------------------- parsing

@@ -81,8 +81,9 @@ def _recover(args: argparse.Namespace) -> Result:
     if data is None:
         from .._recovery import recover
 
-        with Progress(args, f"recover: applying the gates in {st.root}"):
-            report = recover(st, _NoLoop(), resume=False, dry_run=bool(args.dry_run))
+        with Progress(args, f"recover: applying the gates in {st.root}") as shown:
+            report = recover(st, _NoLoop(), resume=False, dry_run=bool(args.dry_run),
+                             progress=shown.update)
         data = [_outcome(o) for o in report.outcomes]
         data += _left_to_drivers(st, st.scan_markers()[0], {d["session_id"] for d in data},
                                  dry_run=bool(args.dry_run))

@@ -106,10 +106,10 @@ def _show(args: argparse.Namespace) -> Result:
              state, f"{len(s.messages)} messages"]
     if "langgraph" in s.metadata:
         from .._errors import UnreadableState
-        from .._lgstore import describe
+        from .._lgstore import Threads, describe
 
-        try:
-            d["langgraph"] = lg = describe(s)
+        try:  # the head as it stands: the thread's log holds the puts since the document
+            d["langgraph"] = lg = describe(s, Threads(st).head(s))
             lines.insert(1, f"LangGraph thread {lg['thread_id']!r}, run {lg['run']}, "
                          f"{lg['records']} records")
         except UnreadableState:
@@ -148,6 +148,10 @@ def _adapter(st: Any, s: Any) -> dict[str, Any] | None:
             from ..pydantic_ai import describe as describe_pa
 
             return describe_pa(st, s)
+        if owner == "adk" or isinstance(s.metadata.get("adk"), dict):
+            from ..adk import describe as describe_adk
+
+            return describe_adk(s)
     except ImportError as e:  # the framework is not installed here: say so, show the rest
         return {"kind": f"{owner} session", "unread": f"{e.name} is not installed "
                 f"(pip install 'fsdurable[{owner}]' to read it)"}
@@ -157,6 +161,9 @@ def _adapter(st: Any, s: Any) -> dict[str, Any] | None:
 def _adapter_line(a: dict[str, Any]) -> str:
     if "unread" in a:
         return f"{a['kind']}: {a['unread']}"
+    if a["kind"] == "adk session":
+        return (f"ADK session of app {a['app_name']!r}, user {a['user_id']!r}: "
+                f"{a['events']} events" + (f", invocation {a['run']}" if a.get("run") else ""))
     if a["kind"] == "openai-agents session":
         return f"Agents SDK session: {a['items']} items" + (
             f", run {a['run']}" if a.get("run") else "")
@@ -283,8 +290,8 @@ def _doctor(args: argparse.Namespace) -> Result:
 
     st = open_store(args)
     with Progress(args, "doctor: " + ("scanning and repairing" if args.repair else "scanning")
-                  + f" {st.root}"):
-        findings = doctor(st, repair=args.repair)
+                  + f" {st.root}") as shown:
+        findings = doctor(st, repair=args.repair, progress=shown.update)
     left = problems(findings)
     rows = [[f.severity, f.code, f.session_id or "", "repaired" if f.repaired else
              (f.repair or ""), f.path, f.detail] for f in findings]
@@ -296,8 +303,8 @@ def _doctor(args: argparse.Namespace) -> Result:
 
 
 # the store's own formats, then the framework adapters' (fsdurable.langgraph, .pydantic_ai, .claude)
-KINDS = ("session", "segment", "marker", "event", "manifest", "lghead", "lgrecord",
-         "pydantic_ai_entry", "claude_batch")
+KINDS = ("session", "segment", "marker", "event", "manifest", "lghead", "lgrecord", "lglog",
+         "lgframe", "pydantic_ai_entry", "claude_batch")
 
 
 def schema_text(kind: str) -> str:

@@ -1,11 +1,12 @@
 """A conservative persistence model of a POSIX file system, fed by ``_fsio``'s recorder.
 
 Every operation the store makes (create, write, fsync, rename, link, unlink, mkdir, rmdir,
-fsync_dir, append) is replayed into this model. At any crash point the model enumerates the
-on-disk states a power cut may leave:
+fsync_dir, append, truncate) is replayed into this model. At any crash point the model
+enumerates the on-disk states a power cut may leave:
 
 * data written to a file since its last fsync may be lost: any prefix of it may survive, and the
-  last write may be torn (full length, tail replaced by zeros);
+  last write may be torn (full length, tail replaced by zeros); a truncate not fsynced yet may
+  be lost;
 * a create, rename, link, unlink or mkdir is durable only after an fsync of its directory; before
   that each pending one may be lost, and they may become durable in any order;
 * nothing after the crash point happened.
@@ -30,6 +31,7 @@ import attrs
 class Inode:
     durable: bytes = b""
     pending: bytes = b""  # written since the last fsync
+    before: bytes | None = None  # what a truncate not yet fsynced cut: it may still be there
 
     @property
     def current(self) -> bytes:
@@ -99,6 +101,8 @@ class CrashState:
 
 def content_variants(ino: Inode, exhaustive: bool) -> list[tuple[str, bytes]]:
     """What a file with un-fsynced data may hold after a crash."""
+    if ino.before is not None:  # a truncate not fsynced yet (nothing is written after it)
+        return [("truncated", ino.durable + ino.pending), ("untruncated", ino.before)]
     if not ino.pending:
         return [("synced", ino.durable)]
     p = ino.pending
@@ -193,7 +197,16 @@ class FsModel:
             self.inodes[self.live[r]].pending += args[1]
         elif op == "fsync":
             ino_ = self.inodes[self.live[r]]
-            ino_.durable, ino_.pending = ino_.current, b""
+            ino_.durable, ino_.pending, ino_.before = ino_.current, b"", None
+        elif op == "truncate":  # ftruncate to args[1] bytes
+            ino_ = self.inodes[self.live[r]]
+            size = args[1]
+            if size < len(ino_.durable):
+                if ino_.before is None:
+                    ino_.before = ino_.durable + ino_.pending
+                ino_.durable, ino_.pending = ino_.durable[:size], b""
+            else:
+                ino_.pending = ino_.current[len(ino_.durable):size]
         elif op in ("rename", "link"):
             dst = rels[1]
             assert dst is not None
@@ -257,7 +270,8 @@ class FsModel:
             dirs = set(self.durable_dirs)
             for o in applied:
                 _apply(ns, dirs, o)
-            unsynced = sorted({ino for ino in ns.values() if self.inodes[ino].pending})
+            unsynced = sorted({ino for ino in ns.values() if self.inodes[ino].pending
+                               or self.inodes[ino].before is not None})
             per_file = [[(str(i), v) for v in content_variants(self.inodes[i], exhaustive)]
                         for i in unsynced]
             combos: list[tuple[tuple[str, tuple[str, bytes]], ...]]

@@ -74,16 +74,68 @@ def view(saver: Any, thread: str) -> View:
     return out
 
 
-def record(base: str) -> LgRecording:
+def _step(step: int, run: str) -> tuple[Any, Any, Any]:
+    """Checkpoint, metadata and new versions of step ``step`` of the workload's threads."""
     from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
 
+    log = [f"m{i}" for i in range(step + 1)]  # a growing message list, as LangGraph's
+    cp = generate_checkpoint(channel_values={"log": log, "step": step},
+                             channel_versions={"log": step + 1, "step": step + 1})
+    if step >= 2:  # "step" unchanged: its blob stays in an older record
+        cp["channel_versions"]["step"] = 2
+        cp["channel_values"]["step"] = 1
+    nv = {"log": step + 1} if step >= 2 else {"log": step + 1, "step": step + 1}
+    md: Any = {"source": "loop", "step": step, "parents": {}, "run_id": run}
+    return cp, md, nv
+
+
+def to_record_files(root: str, thread: str) -> None:
+    """Rewrite ``thread`` as the saver before its log (lghead/1) wrote it: a file per record
+    (``<seq>.ckpt|.writes``) and a head counting them, no log."""
+    from fsdurable.langgraph import FsDurableSaver
+
+    store = Store(root, config=Config(fsync=False))
+    saver = FsDurableSaver(store)
+    sid = saver.threads.sid(thread)
+    s = store.load(sid)
+    head = saver.threads.head(s)
+    d = store.layout.lg_thread(sid)
+    for n, kind, *_ in saver.threads.present(s, head):
+        with open(os.path.join(d, f"{n:012d}.{kind}"), "wb") as f:
+            f.write(saver.threads.raw(s, n, kind))
+    for name in os.listdir(d):
+        if name.endswith(".lglog"):
+            os.unlink(os.path.join(d, name))
+    old = {k: v for k, v in head.items() if k not in ("log", "legacy")}
+    old["format"] = "fsdurable.lghead/1"
+    store.commit(attrs.evolve(s, metadata={**s.metadata, "langgraph": old}), s.version)
+
+
+def _legacy_thread(root: str, clock: Clock) -> tuple[Any, View]:
+    """Thread "old" in the record-file layout, made before the recording (its last config and
+    what it shows)."""
+    from fsdurable.langgraph import FsDurableSaver
+
+    saver = FsDurableSaver(Store(root, clock=clock))
+    cfg: Any = {"configurable": {"thread_id": "old", "checkpoint_ns": ""}}
+    for i in range(3):
+        cp, md, nv = _step(i, "ro")
+        cfg = saver.put(cfg, cp, md, nv)
+    saver.close()
+    to_record_files(root, "old")
+    fresh = FsDurableSaver(Store(root, clock=clock))
+    return cfg, view(fresh, "old")
+
+
+def record(base: str) -> LgRecording:
     from fsdurable.langgraph import FsDurableSaver
 
     root = os.path.join(base, "store")
     clock = Clock(time.time())
     Store(root, clock=clock)
-    rec = LgRecording(root=os.path.realpath(root), ops=[], calls=[], threads=[],
-                      snap=snapshot(root), kinds=set())
+    old_cfg, old_view = _legacy_thread(root, clock)
+    rec = LgRecording(root=os.path.realpath(root), ops=[], calls=[Call(0, 0, {"old": old_view})],
+                      threads=["old"], snap=snapshot(root), kinds=set())
     check = FsModel(root)
 
     def recorder(op: str, args: tuple[Any, ...]) -> None:
@@ -108,14 +160,7 @@ def record(base: str) -> LgRecording:
             cfg: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ns}}
             if parent is not None:
                 cfg["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
-            log = [f"m{i}" for i in range(step + 1)]  # a growing message list, as LangGraph's
-            cp = generate_checkpoint(channel_values={"log": log, "step": step},
-                                     channel_versions={"log": step + 1, "step": step + 1})
-            if step >= 2:  # "step" unchanged: its blob stays in an older record
-                cp["channel_versions"]["step"] = 2
-                cp["channel_values"]["step"] = 1
-            nv = {"log": step + 1} if step >= 2 else {"log": step + 1, "step": step + 1}
-            md: Any = {"source": "loop", "step": step, "parents": {}, "run_id": run}
+            cp, md, nv = _step(step, run)
             return call("put", thread, lambda: saver.put(cfg, cp, md, nv))
 
         def writes(thread: str, cfg: Any, task: str, ws: list[tuple[str, Any]]) -> None:
@@ -140,6 +185,9 @@ def record(base: str) -> LgRecording:
         call("delete_for_runs", "copy", lambda: saver.delete_for_runs(["r1"]))
         c3 = put("gone", None, 0, run="rg")  # a thread id reused after its deletion
         writes("gone", c3, "t9", [("log", "again")])
+        # the record-file layout: the first write migrates it, a prune copies it into a log
+        put("old", old_cfg, 3, run="ro")
+        call("prune_old", "old", lambda: saver.prune(["old"]))
     finally:
         _fsio.set_recorder(prev)
     return rec
@@ -192,10 +240,14 @@ def check_state(rec: LgRecording, k: int, where_root: str, note: str) -> list[st
             cp = generate_checkpoint(channel_values={"log": ["after"]},
                                      channel_versions={"log": 999})
             saver.put(cfg, cp, {"source": "loop", "step": 99, "parents": {}}, {"log": 999})
-            tup = saver.get_tuple(cfg)
-            if tup is None or tup.checkpoint["id"] != cp["id"] \
-                    or tup.checkpoint["channel_values"] != {"log": ["after"]}:
-                out.append(f"{where}: a put after the crash is not the latest of {thread!r}")
+            # read back by this saver and by another process's (what is on disk, no cache)
+            other = FsDurableSaver(Store(where_root, config=Config(fsync=False)))
+            for reader in (saver, other):
+                tup = reader.get_tuple(cfg)
+                if tup is None or tup.checkpoint["id"] != cp["id"] \
+                        or tup.checkpoint["channel_values"] != {"log": ["after"]}:
+                    out.append(f"{where}: a put after the crash is not the latest of "
+                               f"{thread!r}")
         saver.close()  # the next crash state is another process: its runs' locks go
     except Exception:
         out.append(f"{where}: reading the threads raised\n{traceback.format_exc(limit=6)}")
@@ -235,46 +287,92 @@ def run(*, exhaustive: bool = False) -> LgReport:
 # ---------------------------------------------------------------------- broken protocols
 
 
-def _record_not_durable(self: Any, sid: str, seq: int, kind: str, data: bytes) -> None:
-    _fsio.makedirs(self.layout.lg_thread(sid), durable=False)
-    _fsio.write_atomic(self.layout.lg_record(sid, seq, kind), data, durable=False)
+def _frames_not_durable(self: Any, sid: str, new: Any, frames: Any, *, migrating: bool) -> int:
+    """Threads._append with no fdatasync: an acknowledged put may be lost."""
+    from fsdurable._lgstore import Threads
+
+    durable, self._durable = self._durable, False
+    try:
+        return int(_ORIGINAL[(Threads, "_append")](self, sid, new, frames, migrating=migrating))
+    finally:
+        self._durable = durable
 
 
-def _head_before_records(self: Any, thread_id: str, fn: Any, through: Any = None) -> Any:
-    """Threads.mutate committing the head first, then writing the records it counts."""
-    from fsdurable._lgstore import head_of, new_head, thread_session_id
+def _document_before_frames(self: Any, thread_id: str, fn: Any, through: Any = None) -> Any:
+    """Threads.mutate committing the document (naming the log's new end) first, then
+    appending the frames it counts."""
+    from fsdurable._lgstore import HEAD_FORMAT, new_head
 
-    sid = thread_session_id(thread_id)
+    sid = self.sid(thread_id)
     with self.store.commit_lock(sid):
         s = self.session(sid)
-        head = head_of(s) if s is not None else new_head(str(thread_id))
+        head = self.head(s) if s is not None else new_head(str(thread_id))
+        if "log" not in head:  # the record-file layout: its migration is not what is broken
+            return _ORIGINAL[(type(self), "mutate")](self, thread_id, fn, through)
         out = fn(s, head, head["seq"] + 1)
         if out is None:
             return s
         records, new, state = out
-        new["seq"] = head["seq"] + len(records)
-        s = through(s, new, state) if through is not None and s is not None \
+        new = {**new, "format": HEAD_FORMAT}
+        seq = head["seq"]
+        frames = []
+        for kind, data in records:
+            seq += 1
+            frames.append((kind, seq, data))
+        new["seq"] = seq
+        if frames:  # where the frames will end: the log's valid end + their size
+            from fsdurable import _lglog
+
+            view = self._view(s, head) if s is not None else None
+            at = (view.head_end or view.base) if view is not None else \
+                len(_lglog.encode_header(new["thread_id"], new["gen"], new["log"]["n"]))
+            size = sum(len(_lglog.encode_frame(
+                (k, q, b, _lglog.record_header(b, None)),
+                {k2: v for k2, v in new.items() if k2 not in ("run", "log")}
+                if i == len(frames) - 1 else None)) for i, (k, q, b) in enumerate(frames))
+            new["log"] = {**new["log"], "at": at + size}
+        s = through(s, new, state, False) if through is not None and s is not None \
             else self.commit(sid, s, new, state)
-        for i, (kind, data) in enumerate(records):
-            self._write_once(sid, head["seq"] + 1 + i, kind, data)
+        if frames:
+            self._append(sid, new, frames, migrating=False)
         return s
 
 
-LG_MUTANTS = {"record_not_durable": ("_write_once", _record_not_durable),
-              "head_before_records": ("mutate", _head_before_records)}
+def _append_at_the_end(path: str, offset: int, data: bytes, *, durable: bool = True) -> int:
+    """_fsio.append_at that never cuts a torn tail: it appends after it."""
+    import os
+
+    size = os.lstat(path).st_size
+    return int(_ORIGINAL[(_fsio, "append_at")](path, size, data, durable=durable)) \
+        - size + offset
+
+
+def _classes() -> dict[str, tuple[Any, str, Any]]:
+    from fsdurable._lgstore import Threads
+
+    return {"frames_not_durable": (Threads, "_append", _frames_not_durable),
+            "document_before_frames": (Threads, "mutate", _document_before_frames),
+            "torn_tail_not_cut": (_fsio, "append_at", _append_at_the_end)}
+
+
+LG_MUTANTS = ("frames_not_durable", "document_before_frames", "torn_tail_not_cut")
+_ORIGINAL: dict[tuple[Any, str], Any] = {}
 
 
 def run_mutant(name: str) -> LgReport:
-    from fsdurable._lgstore import Threads
-
-    attr, impl = LG_MUTANTS[name]
-    old = getattr(Threads, attr)
-    setattr(Threads, attr, impl)
+    """Record the workload with the saver's protocol broken as ``name`` says, then explore:
+    the explorer must find a violation."""
+    owner, attr, impl = _classes()[name]
+    old = getattr(owner, attr)
+    _ORIGINAL[(owner, attr)] = old
+    setattr(owner, attr, impl)
     try:
         with tempfile.TemporaryDirectory(dir=SHM, prefix="fsd-lgrec-") as base:
             rec = record(base)
+        if name == "torn_tail_not_cut":  # the reader, after the crash, writes with it too
+            return explore(rec, max_violations=1)
     finally:
-        setattr(Threads, attr, old)
+        setattr(owner, attr, old)
     return explore(rec, max_violations=1)
 
 

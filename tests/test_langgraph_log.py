@@ -1,0 +1,133 @@
+"""The LangGraph saver's per-thread log (docs/storage.md, "LangGraph threads"): a torn tail
+ignored and cut, a log shorter than its document refused, and threads of the older record-file
+layout (lghead/1) read in place, migrated by their first write and copied into a log by a
+deletion."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph")
+
+from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
+
+from fsdurable import UnreadableState
+from fsdurable._lgstore import thread_session_id
+from fsdurable.langgraph import FsDurableSaver
+from tests.torture.lgcrash import to_record_files
+
+CFG: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+
+
+def put(saver: FsDurableSaver, step: int, parent: Any = None) -> Any:
+    cfg: Any = {"configurable": dict(CFG["configurable"])}
+    if parent is not None:
+        cfg["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
+    cp = generate_checkpoint(channel_values={"log": [f"m{i}" for i in range(step + 1)],
+                                             "step": step},
+                             channel_versions={"log": step + 1, "step": step + 1})
+    return saver.put(cfg, cp, {"source": "loop", "step": step, "parents": {}},
+                     {"log": step + 1, "step": step + 1})
+
+
+def snapshot(saver: FsDurableSaver) -> list[tuple[str, Any, int]]:
+    return [(t.checkpoint["id"], t.checkpoint["channel_values"], len(t.pending_writes or []))
+            for t in saver.list(CFG)]
+
+
+def log_of(root: Path, n: int = 0) -> Path:
+    return root / "langgraph" / thread_session_id("t") / f"{n:06d}.lglog"
+
+
+def test_a_torn_tail_is_ignored_by_readers_and_cut_by_the_next_put(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    saver = FsDurableSaver(root)
+    c = None
+    for i in range(3):
+        c = put(saver, i, c)
+    before = snapshot(saver)
+    saver.close()  # the run's route lock: each saver below is another process's
+    log = log_of(root)
+    good = log.read_bytes()
+    for tail in (b"\x1eLGF\x00\x00\x10\x00garbage", b"\x00" * 700, good[-300:]):
+        log.write_bytes(good + tail)
+        fresh = FsDurableSaver(root)
+        assert snapshot(fresh) == before  # the tail is no frame: ignored
+        nxt = put(fresh, 3, c)
+        fresh.close()
+        assert log.stat().st_size > len(good)
+        assert not log.read_bytes()[len(good):].startswith(tail[:20])  # cut, then appended
+        again = FsDurableSaver(root)
+        got = again.get_tuple(CFG)
+        assert got is not None and got.checkpoint["id"] == nxt["configurable"]["checkpoint_id"]
+        assert len(snapshot(again)) == len(before) + 1
+        log.write_bytes(good)
+
+
+def test_a_log_shorter_than_its_document_is_unreadable_never_older(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    saver = FsDurableSaver(root)
+    c = None
+    for i in range(3):
+        c = put(saver, i, c)
+    saver.prune(["t"])  # commits the document: it counts the whole of log 1
+    saver.close()
+    log = log_of(root, 1)
+    data = log.read_bytes()
+    log.write_bytes(data[:-10])
+    with pytest.raises(UnreadableState) as e:
+        FsDurableSaver(root).get_tuple(CFG)
+    assert e.value.reason == "log_short"
+
+
+def test_a_thread_of_the_record_file_layout_is_read_migrated_and_copied(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    saver = FsDurableSaver(root)
+    c = None
+    for i in range(4):
+        c = put(saver, i, c)
+    saver.put_writes(c, [("log", "w")], "task")
+    before = snapshot(saver)
+    saver.close()
+    to_record_files(str(root), "t")
+    d = root / "langgraph" / thread_session_id("t")
+    assert len(list(d.glob("*.ckpt"))) == 4 and not list(d.glob("*.lglog"))
+
+    old = FsDurableSaver(root)
+    assert snapshot(old) == before  # read in place
+    c = put(old, 4, c)  # the first write: a log 0, and the document says lghead/2
+    old.close()
+    sid = thread_session_id("t")
+    head = old.store.load(sid).metadata["langgraph"]
+    assert head["format"] == "fsdurable.lghead/2" and head["legacy"] == 5
+    assert log_of(root).exists() and len(list(d.glob("*.ckpt"))) == 4
+    after = snapshot(FsDurableSaver(root))
+    assert after[1:] == before and after[0][0] == c["configurable"]["checkpoint_id"]
+
+    fresh = FsDurableSaver(root)
+    fresh.prune(["t"])  # a deletion copies what stays into a log and removes the files
+    assert sorted(os.listdir(d)) == ["000001.lglog"]
+    kept = snapshot(FsDurableSaver(root))
+    assert kept == [after[0]]
+    assert kept[0][1] == {"log": [f"m{i}" for i in range(5)], "step": 4}
+
+
+def test_a_torn_log_header_of_a_new_thread_is_replaced(tmp_path: Path) -> None:
+    """A crash between creating a log and making its header durable leaves a file with part
+    of a header: nothing was ever appended to it, so the next put replaces it."""
+    root = tmp_path / "s"
+    saver = FsDurableSaver(root)
+    saver.threads.ensure("t")  # the document, no log yet
+    log = log_of(root)
+    log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    log.write_bytes(b'{"format": "fsdurable.lg')
+    fresh = FsDurableSaver(root)
+    assert fresh.get_tuple(CFG) is None
+    c = put(fresh, 0)
+    fresh.close()
+    got = FsDurableSaver(root).get_tuple(CFG)
+    assert got is not None and got.checkpoint["id"] == c["configurable"]["checkpoint_id"]
