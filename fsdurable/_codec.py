@@ -94,6 +94,17 @@ def _session_3_to_4(d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
+@migration("session", 4)
+def _session_4_to_5(d: dict[str, Any]) -> dict[str, Any]:
+    """Session v5 may name lanes (an adapter's values in segments, storage.md). A v4 document
+    names none, and is a v5 document as it is; the bump exists for the other direction: a
+    fsdurable that knows no lanes meets a v5 file as "needs a newer fsdurable" and never writes
+    it — else its next commit would write the document without its lanes, and drop them."""
+    d = dict(d)
+    d["format"] = "fsdurable.session/5"
+    return d
+
+
 # ---------------------------------------------------------------- session (cattrs + orjson)
 
 _converter: Any = None
@@ -211,7 +222,7 @@ def lane_refs(s: Session) -> dict[str, HistoryRef]:
 
 def session_to_dict(s: Session, ref: HistoryRef | bool | None = True,
                     lanes: dict[str, HistoryRef] | None = None) -> dict[str, Any]:
-    """The document's fields (format 4); ``ref``: the history it names (default: ``s``'s);
+    """The document's fields (format 5); ``ref``: the history it names (default: ``s``'s);
     ``lanes``: the lanes' chains it names (default: ``s``'s; the key left out when none)."""
     if ref is True:
         ref = history_ref(s)
@@ -230,7 +241,7 @@ def session_to_dict(s: Session, ref: HistoryRef | bool | None = True,
 
 def encode_session(s: Session, ref: HistoryRef | bool | None = True,
                    lanes: dict[str, HistoryRef] | None = None) -> bytes:
-    """The session document's bytes (format 4): every field but the messages, which live in
+    """The session document's bytes (format 5): every field but the messages, which live in
     the segments ``ref`` names (default: the stored history ``s`` carries). Small whatever the
     length of the conversation: a commit rewrites this, not the transcript."""
     import orjson
@@ -247,6 +258,13 @@ def encode_session(s: Session, ref: HistoryRef | bool | None = True,
         raise InvalidState(f"session {s.id} is nested too deep to store", session_id=s.id,
                            reason="too_deep") from e
 
+
+def _upgraded(d: dict[str, Any], path: str | None) -> tuple[dict[str, Any], bool, bool]:
+    """``upgrade`` of a session dict, and whether its format held the messages inline (3 and
+    older: a later format's are a hand edit, ignored)."""
+    _kind, ver = split_format(d, path=path)
+    got, migrated = upgrade(d, "session", path=path)
+    return got, migrated, ver <= 3
 
 _INT63 = 1 << 63  # counters stay below it: the next commit can always write version + 1
 
@@ -285,12 +303,12 @@ def parse_session(data: bytes, *, path: str | None = None, session_id: str | Non
         # key, an integer orjson read as a float): parse it again strictly and exactly —
         # duplicate keys are refused as in a marker, integers of any size stay integers
         d = loads_strict(data, path=path)
-    d, migrated = upgrade(d, "session", path=path)
+    d, migrated, inline_ok = _upgraded(d, path)
     if "version" not in d:  # a default of 0 would read as "absent" to the commit's CAS
         raise UnreadableState("missing field 'version'", path=path, reason="missing_field")
     # format 3 and older: the messages inline (structured below); format 4: none inline (a
     # hand edit's are ignored), the history named
-    inline = migrated and "messages" in d
+    inline = inline_ok and "messages" in d
     ref = ref_from_dict(d.pop("history", None), path=path)
     lanes_d = d.pop("lanes", None)
     if lanes_d is not None and not isinstance(lanes_d, dict):

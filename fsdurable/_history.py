@@ -1,6 +1,6 @@
 """A session's history in write-once segments (docs/storage.md).
 
-The transcript of a session in format ``fsdurable.session/4`` lives in ``history/<id>/``, one
+The transcript of a session in format ``fsdurable.session/4`` and on lives in ``history/<id>/``, one
 segment file per commit that added messages: ``<first>-<digest>.json``, never rewritten. Each
 segment names and proves (SHA-256) the one before it, so the session document only names the
 newest (``HistoryRef``). ``History`` is the lazy, immutable sequence of messages a loaded session

@@ -268,3 +268,38 @@ def test_every_file_the_lanes_write_validates(root: Path) -> None:
         assert_valid("segment", p.read_bytes(), where=str(p))
     for p in (root / "sessions").glob("*.json"):
         assert_valid("session", p.read_bytes(), where=str(p))
+
+
+def test_format_5_for_lanes_a_format_4_document_is_migrated_by_the_gate(tmp_path: Path) -> None:
+    """Lanes came with format 5: a fsdurable that knows no lanes meets a format-5 document as a
+    newer one (never writes it, so never drops its lanes). A format-4 document is read as it is
+    and migrated through the repair gate (``session_migrated``), never by a silent rewrite."""
+    from fsdurable import _repair
+    from fsdurable._codec import parse_session
+    from fsdurable._recordcodec import upgrade
+
+    st = fsdurable.Store(tmp_path / "s")
+    st.create("c1")
+    st.patch("c1", lambda s: s)
+    path = tmp_path / "s" / "sessions" / "c1.json"
+    assert json.loads(path.read_bytes())["format"] == "fsdurable.session/5"
+    old = path.read_bytes().replace(b"fsdurable.session/5", b"fsdurable.session/4")
+    path.write_bytes(old)
+    s, migrated = parse_session(old, path=str(path))
+    assert migrated and s.id == "c1"
+    assert st.load("c1").version == s.version  # a read moves and writes nothing
+    assert path.read_bytes() == old
+    act = _repair.migrate_session(st, "c1")
+    assert act.acted
+    assert json.loads(path.read_bytes())["format"] == "fsdurable.session/5"
+    assert [e.code for e in st.events("c1")][-1] == "session_migrated"
+    with pytest.raises(fsdurable.UnreadableState) as e:  # what a format-4 fsdurable would say
+        import fsdurable._recordcodec as rc
+
+        saved = dict(rc.CURRENT)
+        rc.CURRENT["session"] = 4
+        try:
+            upgrade(json.loads(path.read_bytes()), "session")
+        finally:
+            rc.CURRENT.update(saved)
+    assert e.value.reason == "unknown_version"
