@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from . import _events as ev
@@ -86,10 +86,10 @@ class AsyncStore:
     # ------------------------------------------------------------------ sessions
 
     async def create(self, session_id: str | None = None, *, source: str = "api",
-                     route_key: str | None = None,
-                     metadata: dict[str, Any] | None = None) -> Session:
+                     route_key: str | None = None, metadata: dict[str, Any] | None = None,
+                     lanes: Mapping[str, Sequence[Any]] | None = None) -> Session:
         return await run_sync(self.store.create, session_id, source=source,
-                              route_key=route_key, metadata=metadata)
+                              route_key=route_key, metadata=metadata, lanes=lanes)
 
     async def load(self, session_id: str) -> Session:
         """The session, its history read too, in the worker thread: ``session.messages`` is
