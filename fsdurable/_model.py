@@ -154,6 +154,24 @@ def extended(msgs: Sequence[Message], *more: Message) -> Sequence[Message]:
     return (*msgs, *more)
 
 
+def adapter_ns(s: Session | None, key: str) -> dict[str, Any]:
+    """A copy of the metadata an adapter keeps under ``key`` (empty if none, or not a dict)."""
+    raw = s.metadata.get(key) if s is not None else None
+    return dict(raw) if isinstance(raw, dict) else {}
+
+
+def with_adapter_ns(s: Session, key: str, **changes: Any) -> Session:
+    """``s`` with the metadata under ``key`` updated: each change set, or removed where None.
+    The one shape every adapter's metadata takes (Agents SDK, Pydantic AI, ADK, Claude)."""
+    ns = adapter_ns(s, key)
+    for k, v in changes.items():
+        if v is None:
+            ns.pop(k, None)
+        else:
+            ns[k] = v
+    return attrs.evolve(s, metadata={**s.metadata, key: ns})
+
+
 def with_entry(s: Session, entry: LedgerEntry) -> Session:
     """``s`` with ``entry`` as its turn's ledger record of that tool call (replacing one)."""
     assert s.turn is not None
@@ -240,6 +258,6 @@ def turn_driver(s: Session) -> str:
 
 __all__ = ["DRIVERS", "EFFECTS", "LEDGER_STATUSES", "REVIEW", "ROLES", "Effect", "Event",
            "LedgerEntry", "LedgerStatus", "Manifest", "Marker", "Message", "Session", "ToolCall",
-           "Turn", "closed_turn", "driver_of", "extended",
+           "Turn", "adapter_ns", "closed_turn", "driver_of", "extended",
            "in_doubt", "review_record", "turn_driver",
-           "unanswered_calls", "unique_calls", "with_entry"]
+           "unanswered_calls", "unique_calls", "with_adapter_ns", "with_entry"]

@@ -36,7 +36,7 @@ from pydantic_ai.messages import (
 
 from ._errors import InvalidState, UnreadableState
 from ._history import extend
-from ._model import REVIEW, Session
+from ._model import REVIEW, Session, adapter_ns, with_adapter_ns
 from ._pydantic_ledger import call_key
 from ._turns import Change
 
@@ -44,22 +44,12 @@ KEY = "pydantic_ai_run"
 
 
 def _ns(s: Session) -> dict[str, Any]:
-    raw = s.metadata.get(KEY)
-    return dict(raw) if isinstance(raw, dict) else {}
+    return adapter_ns(s, KEY)
 
 
 def _set(**changes: Any) -> Change:
     """A change that sets (None: removes) keys of this driver's metadata."""
-    def change(s: Session) -> Session:
-        ns = _ns(s)
-        for k, v in changes.items():
-            if v is None:
-                ns.pop(k, None)
-            else:
-                ns[k] = v
-        return attrs.evolve(s, metadata={**s.metadata, KEY: ns})
-
-    return change
+    return lambda s: with_adapter_ns(s, KEY, **changes)
 
 
 def encode(messages: Sequence[ModelMessage]) -> list[Any]:

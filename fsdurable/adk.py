@@ -44,7 +44,7 @@ from ._aio import run_sync
 from ._async import StoreLike, as_store
 from ._errors import InvalidState, SessionNotFound, UnreadableState
 from ._layout import validate_session_id
-from ._model import Session
+from ._model import Session, adapter_ns, with_adapter_ns
 from ._tools import ToolContext
 
 if TYPE_CHECKING:
@@ -73,8 +73,7 @@ def tool_context() -> ToolContext | None:
 
 
 def _ns(s: Session | None) -> dict[str, Any]:
-    raw = s.metadata.get(KEY) if s is not None else None
-    return dict(raw) if isinstance(raw, dict) else {}
+    return adapter_ns(s, KEY)
 
 
 def events_of(s: Session | None) -> list[dict[str, Any]]:
@@ -89,13 +88,7 @@ def record(s: Session | None) -> dict[str, Any]:
 
 def with_ns(s: Session, **changes: Any) -> Session:
     """``s`` with this adapter's metadata updated (a key set to None is removed)."""
-    ns = _ns(s)
-    for k, v in changes.items():
-        if v is None:
-            ns.pop(k, None)
-        else:
-            ns[k] = v
-    return attrs.evolve(s, metadata={**s.metadata, KEY: ns})
+    return with_adapter_ns(s, KEY, **changes)
 
 
 def event_json(event: Event) -> dict[str, Any]:

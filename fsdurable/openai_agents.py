@@ -36,7 +36,7 @@ from ._aio import run_sync
 from ._async import AsyncStore, StoreLike, as_store
 from ._errors import InvalidState, SessionNotFound, UnreadableState
 from ._layout import validate_session_id
-from ._model import Session
+from ._model import Session, adapter_ns, with_adapter_ns
 from ._tools import ToolContext
 
 if TYPE_CHECKING:
@@ -67,8 +67,7 @@ def current_call() -> ToolContext | None:
 
 
 def _ns(s: Session | None) -> dict[str, Any]:
-    raw = s.metadata.get(KEY) if s is not None else None
-    return dict(raw) if isinstance(raw, dict) else {}
+    return adapter_ns(s, KEY)
 
 
 def items(s: Session | None) -> Sequence[Item]:
@@ -99,16 +98,12 @@ def with_record(s: Session, **changes: Any) -> Session:
     and ``state``/``answers`` go into the run record; ``items``: ``with_items``)."""
     if "items" in changes:
         s = with_items(s, changes.pop("items"))
-    ns = _ns(s)
-    run_keys = {k: changes.pop(k) for k in ("state", "items_at", "answers") if k in changes}
-    if run_keys:
-        ns["run"] = {**record(s), **run_keys}
-    for k, v in changes.items():
-        if v is None:
-            ns.pop(k, None)
-        else:
-            ns[k] = v
-    return attrs.evolve(s, metadata={**s.metadata, KEY: ns})
+    run_keys: dict[str, Any] = {k: changes.pop(k) for k in ("state", "items_at", "answers")
+                                if k in changes}
+    if run_keys:  # an explicit run= given with them is applied after them, as before
+        merged: dict[str, Any] = {**record(s), **run_keys}
+        changes.setdefault("run", merged)
+    return with_adapter_ns(s, KEY, **changes)
 
 
 def trimmed(s: Session) -> Session:
