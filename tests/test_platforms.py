@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from fsdurable import StorageError, Store, _fsio
+from fsdurable import StorageError, Store
 from fsdurable._doctor import doctor
+from fsdurable._fsio import _read, _write
 
 
 def _mode(path: str) -> int:
@@ -37,7 +38,7 @@ def test_modes_the_os_cannot_hold_are_not_problems(root: Path,
     st.create("a")
     os.chmod(st.layout.session("a"), 0o644)
     assert [f.code for f in doctor(st)] == ["permissions"]
-    monkeypatch.setattr(_fsio, "MODES_HELD", False)  # Windows: ACLs, a read-only bit
+    monkeypatch.setattr(_read, "MODES_HELD", False)  # Windows: ACLs, a read-only bit
     assert doctor(st) == []
 
 
@@ -58,8 +59,8 @@ class Sharing:
 
 @pytest.fixture
 def windows_retry(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_fsio, "_SHARING_RETRY", True)
-    monkeypatch.setattr(_fsio, "_SHARING_WAITS", (0.001,) * 5)
+    monkeypatch.setattr(_write, "_SHARING_RETRY", True)
+    monkeypatch.setattr(_write, "_SHARING_WAITS", (0.001,) * 5)
 
 
 @pytest.mark.usefixtures("windows_retry")
@@ -94,7 +95,7 @@ def test_a_lasting_sharing_violation_is_a_typed_error(root: Path,
 
 
 def test_posix_never_retries_a_refusal(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_fsio, "_SHARING_RETRY", False)
+    monkeypatch.setattr(_write, "_SHARING_RETRY", False)
     st = Store(root)
     st.create("a")
     rep = Sharing(os.replace, 1)

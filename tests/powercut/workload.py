@@ -38,6 +38,7 @@ import attrs
 
 import fsdurable
 from fsdurable import _fsio
+from fsdurable._fsio import _base, _write
 
 __all__ = ["CUT_KINDS", "VARIANTS", "Cut", "install_variant", "run"]
 
@@ -142,18 +143,23 @@ def install_variant(name: str) -> None:
     if name == "correct":
         return
     if name == "no_fsync":  # every fsync, file and directory, a no-op
-        _fsio._fsync_fd = lambda fd: None  # type: ignore[assignment]
+        _write._fsync_fd = lambda fd: None  # type: ignore[assignment]
     elif name == "no_file_fsync":  # file fsyncs skipped, directory fsyncs kept
 
-        def dirs_only(fd: int, real: Callable[[int], None] = _fsio._fsync_fd) -> None:
+        def dirs_only(fd: int, real: Callable[[int], None] = _write._fsync_fd) -> None:
             import stat
 
             if stat.S_ISDIR(os.fstat(fd).st_mode):
                 real(fd)
 
-        _fsio._fsync_fd = dirs_only  # type: ignore[assignment]
+        _write._fsync_fd = dirs_only  # type: ignore[assignment]
     elif name == "no_dir_fsync":  # announced (so chosen cuts still count it), never done
-        _fsio.fsync_dir = lambda path: _fsio._rec("fsync_dir", path)  # type: ignore[assignment]
+
+        def announced(path: str) -> None:
+            _base._rec("fsync_dir", path)
+
+        # both lookups: the store's own calls (_fsio.fsync_dir) and _fsio's inside its writes
+        _fsio.fsync_dir = _write.fsync_dir = announced
     elif name == "marker_after_session":  # the session written first, its marker second
         from fsdurable._store import Store
         from tests.torture.explorer import _commit_in_order

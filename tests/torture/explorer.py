@@ -36,6 +36,7 @@ from fsdurable._errors import (
     StorageError,
     UnreadableState,
 )
+from fsdurable._fsio import _write
 from fsdurable._layout import NameKind, classify
 from fsdurable._model import LedgerEntry, Marker, Session
 from fsdurable._store import Store
@@ -246,10 +247,12 @@ def mutant(name: str) -> Iterator[CommitImpl | None]:
     elif name == "correct_copy":  # the test-side copy in the right order must pass
         yield _commit_in_order(("marker", "session", "unmark"))
     elif name == "no_file_fsync":
-        with _patched(_fsio._Steps, "sync", _sync_without_fsync):
+        with _patched(_write._Steps, "sync", _sync_without_fsync):
             yield None
     elif name == "no_dir_fsync":
-        with _patched(_fsio, "fsync_dir", lambda path: None):
+        # both lookups: the store's own calls (_fsio.fsync_dir) and _fsio's inside its writes
+        with _patched(_fsio, "fsync_dir", lambda path: None), \
+                _patched(_write, "fsync_dir", lambda path: None):
             yield None
     elif name == "session_before_marker":
         yield _commit_in_order(("session", "marker", "unmark"))

@@ -1,18 +1,18 @@
-"""Every disk operation of the store, and nothing else.
+"""Changing the store's files durably: atomic writes, appends, renames, links, unlinks,
+directories and modes, and the fsyncs (of files and directories) that make them last.
 
-All writes, fsyncs, renames, links, unlinks, mkdirs and directory fsyncs of fsdurable pass through
-the functions below, each announced to an optional *recorder* first (``set_recorder``). The
-crash-state explorer records a workload this way; fault tests make the recorder raise ``OSError``
-(ENOSPC, EIO, ...) to inject a failure at an exact operation.
+Every operation is announced to the recorder first (``_base._rec``). Durability contract of
+``write_atomic`` (used by the one commit function): the bytes are written to a temp file beside
+the target (``~<name>.<random>.tmp``, a name Dropbox, Nextcloud and our ``.stignore`` skip), the
+temp file is fsynced (``F_FULLFSYNC`` on macOS), renamed over the target (never following a
+symlink planted there: rename replaces the link itself), and the directory is fsynced. When it
+returns, the new content survives a power cut. If it raises before the rename, the old content
+is still under the target name and the temp file is removed; if only the final directory fsync
+fails (EIO), the rename has happened but its durability is unknown — the caller sees
+``DurabilityUnknown`` (a StorageError carrying the new file's stat): the change is made.
 
-Durability contract of ``write_atomic`` (used by the one commit function): the bytes are written to
-a temp file beside the target (``~<name>.<random>.tmp``, a name Dropbox, Nextcloud and our
-``.stignore`` skip), the temp file is fsynced (``F_FULLFSYNC`` on macOS), renamed over the target
-(never following a symlink planted there: rename replaces the link itself), and the directory is
-fsynced. When it returns, the new content survives a power cut. If it raises before the rename,
-the old content is still under the target name and the temp file is removed; if only the final
-directory fsync fails (EIO), the rename has happened but its durability is unknown — the caller
-sees ``DurabilityUnknown`` (a StorageError carrying the new file's stat): the change is made.
+The fsync primitives (``_fsync_fd``, ``fsync_dir``) and the Windows sharing retry live here,
+beside their only callers, so a test that patches them here reaches every write.
 """
 
 from __future__ import annotations
@@ -21,38 +21,27 @@ import errno
 import os
 import stat
 
-from ._errors import DurabilityUnknown, StorageError, UnreadableState
-from ._layout import TEMP_SUFFIX, temp_prefix
+from .._errors import DurabilityUnknown, UnreadableState
+from .._layout import TEMP_SUFFIX, temp_prefix
+from ._base import (
+    _O_BINARY,
+    _O_CLOEXEC,
+    _O_DIRECTORY,
+    _O_NOFOLLOW,
+    _O_NONBLOCK,
+    DIR_MODE,
+    FILE_MODE,
+    _rec,
+    storage_errors,
+)
+from ._read import _own_dir, lstat
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
     from contextlib import AbstractContextManager
     from typing import IO, Any
 
-    Recorder = Callable[[str, tuple[Any, ...]], None]
-
-_recorder: Recorder | None = None
-
-# Errors the disk gives that a caller can do nothing about but report: they become StorageError.
-# EISDIR/ENOTDIR/ENOTEMPTY: a directory (or a file) planted where the other belongs, e.g. a
-# directory at markers/<id>.json that no rename can replace.
-_STORAGE_ERRNOS = frozenset(
-    e for e in (errno.ENOSPC, errno.EIO, errno.EACCES, errno.EPERM, errno.EROFS,
-                getattr(errno, "EDQUOT", None), errno.EISDIR, errno.ENOTDIR, errno.ENOTEMPTY)
-    if e is not None
-)
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
-# Reading: a FIFO planted under a session or marker name would block open() until a writer
-# came — discovery would hang forever. With O_NONBLOCK open returns; fstat then refuses it.
-_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
-# Windows: without O_BINARY, os.open files translate "\n" and stop reading at Ctrl-Z.
-_O_BINARY = getattr(os, "O_BINARY", 0)
-# POSIX holds 0600/0700; Windows keeps only a read-only bit (ACLs decide access), so there a mode
-# is neither enforced nor reported as a problem (doctor).
-MODES_HELD = os.name == "posix"
 # Windows: replacing or removing a file that another process has open (a sync client, an
 # antivirus scanner, the search indexer) fails with a sharing violation for a moment; a short,
 # bounded retry rides it out. POSIX has no such thing (EACCES there is a real refusal).
@@ -69,48 +58,6 @@ _NO_HARD_LINKS = frozenset(
     e for e in (errno.EPERM, errno.ENOTSUP, getattr(errno, "EOPNOTSUPP", None), errno.ENOSYS,
                 errno.EMLINK) if e is not None
 )
-FILE_MODE = 0o600
-DIR_MODE = 0o700
-
-
-def set_recorder(recorder: Recorder | None) -> Recorder | None:
-    """Install ``recorder(op, args)`` (called before each operation); returns the previous one."""
-    global _recorder
-    previous, _recorder = _recorder, recorder
-    return previous
-
-
-def _rec(op: str, *args: Any) -> None:
-    if _recorder is not None:
-        _recorder(op, args)
-
-
-class storage_errors:
-    """Turn the disk's refusals into a typed StorageError carrying path and errno.
-
-    A class, not a generator-based context manager: it wraps every disk call of the startup path
-    and costs a third as much."""
-
-    __slots__ = ("path", "what")
-
-    def __init__(self, path: str, what: str) -> None:
-        self.path = path
-        self.what = what
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, typ: type[BaseException] | None, e: BaseException | None,
-                 tb: object) -> None:
-        if not isinstance(e, OSError) or isinstance(e, StorageError):
-            return
-        if e.errno not in _STORAGE_ERRNOS:
-            return
-        name = errno.errorcode.get(e.errno or 0, str(e.errno))
-        raise StorageError(
-            f"{self.what} failed on {self.path}: {e.strerror or name}",
-            path=self.path, reason=name, errno=e.errno,
-        ) from e
 
 
 def _fsync_fd(fd: int) -> None:
@@ -376,105 +323,6 @@ def append_at(path: str, offset: int, data: bytes, *, durable: bool = True) -> i
     return offset + len(data)
 
 
-def read_span(path: str, offset: int, max_bytes: int) -> tuple[bytes, os.stat_result]:
-    """Up to ``max_bytes`` of a regular file from ``offset`` (to its end), and its stat; never
-    through a symlink, never blocking. FileNotFoundError if it is missing."""
-    try:
-        with storage_errors(path, "read"):
-            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK | _O_BINARY)
-    except OSError as e:
-        if isinstance(e, (StorageError, FileNotFoundError)):
-            raise
-        if e.errno == errno.ELOOP:
-            raise UnreadableState(f"{path} is a symlink", path=path, reason="symlink") from e
-        raise UnreadableState(f"{path} cannot be opened as a file: {e.strerror}", path=path,
-                              reason="not_a_file") from e
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnreadableState(f"{path} is not a regular file", path=path, reason="not_a_file")
-        want = max(0, min(st.st_size - offset, max_bytes))
-        chunks, got = [], 0
-        while got < want:
-            with storage_errors(path, "read"):
-                chunk = os.pread(fd, want - got, offset + got)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            got += len(chunk)
-        return b"".join(chunks), st
-    finally:
-        os.close(fd)
-
-
-def read_bounded(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
-    """Read a regular file, never following a symlink and never more than ``max_bytes``.
-
-    Raises FileNotFoundError if it is missing, UnreadableState (reason ``symlink``,
-    ``not_a_file`` or ``oversized``) if it must not be read, StorageError if the disk refuses
-    (EACCES, EIO).
-    """
-    try:
-        with storage_errors(path, "read"):  # EACCES, EIO: a typed StorageError
-            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK | _O_BINARY)
-    except StorageError:
-        raise
-    except FileNotFoundError:
-        raise
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise UnreadableState(f"{path} is a symlink", path=path, reason="symlink") from e
-        # a socket (ENXIO), a device, a directory on some systems...: never a file of ours
-        raise UnreadableState(f"{path} cannot be opened as a file: {e.strerror}", path=path,
-                              reason="not_a_file") from e
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnreadableState(f"{path} is not a regular file", path=path, reason="not_a_file")
-        if st.st_size > max_bytes:
-            raise UnreadableState(
-                f"{path} is {st.st_size} bytes, over the {max_bytes}-byte limit",
-                path=path, reason="oversized",
-            )
-        chunks = []
-        left = max_bytes + 1
-        want = st.st_size + 1  # the whole file and one byte to see it did not grow: one read
-        while left > 0:
-            with storage_errors(path, "read"):
-                chunk = os.read(fd, min(left, want, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        data = b"".join(chunks)
-        if len(data) > max_bytes:  # grew while we read it
-            raise UnreadableState(
-                f"{path} is over the {max_bytes}-byte limit", path=path, reason="oversized"
-            )
-        return data, st
-    finally:
-        os.close(fd)
-
-
-def read_prefix(path: str, size: int) -> bytes:
-    """The first ``size`` bytes of a regular file (never through a link, never blocking)."""
-    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK | _O_BINARY)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UnreadableState(f"{path} is not a regular file", path=path, reason="not_a_file")
-        return os.read(fd, size)
-    finally:
-        os.close(fd)
-
-
-def lstat(path: str) -> os.stat_result | None:
-    """The file's own stat (a link is not followed), or None if nothing is there."""
-    try:
-        return os.lstat(path)
-    except FileNotFoundError:
-        return None
-
-
 def unlink(path: str, *, durable: bool = True, missing_ok: bool = True) -> bool:
     """Remove ``path`` (a link itself, never its target); True if something was removed."""
     with storage_errors(path, "unlink"):
@@ -557,55 +405,6 @@ def append_line(path: str, line: bytes, *, durable: bool = True) -> None:
             fsync_dir(os.path.dirname(path))
 
 
-def iter_lines(path: str, max_line: int, chunk: int = 1 << 20) -> Iterator[bytes | None]:
-    """The lines of a log file, streamed (never the whole file in memory, whatever its size);
-    never through a symlink. A line longer than ``max_line`` is yielded as None (skipped, so the
-    caller can count it). Raises FileNotFoundError, UnreadableState (``symlink``, ``not_a_file``)
-    or StorageError (EACCES, EIO) before the first line."""
-    try:
-        with storage_errors(path, "read"):
-            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK | _O_BINARY)
-    except OSError as e:
-        if isinstance(e, (StorageError, FileNotFoundError)):
-            raise
-        if e.errno == errno.ELOOP:
-            raise UnreadableState(f"{path} is a symlink", path=path, reason="symlink") from e
-        raise UnreadableState(f"{path} cannot be opened as a file: {e.strerror}", path=path,
-                              reason="not_a_file") from e
-    return _lines(fd, path, max_line, chunk)
-
-
-def _lines(fd: int, path: str, max_line: int, chunk: int) -> Iterator[bytes | None]:
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UnreadableState(f"{path} is not a regular file", path=path, reason="not_a_file")
-        buf = b""
-        skipping = False  # inside a line already over max_line: drop bytes up to its newline
-        while True:
-            with storage_errors(path, "read"):
-                data = os.read(fd, chunk)
-            if not data:
-                break
-            buf += data
-            *lines, buf = buf.split(b"\n")
-            for ln in lines:
-                if skipping:
-                    skipping = False
-                    yield None
-                elif len(ln) > max_line:
-                    yield None
-                else:
-                    yield ln
-            if len(buf) > max_line:
-                buf, skipping = b"", True
-        if skipping:
-            yield None
-        elif buf:
-            yield buf
-    finally:
-        os.close(fd)
-
-
 def rmdir(path: str, *, durable: bool = True) -> bool:
     """Remove an empty directory (never through a symlink); False if missing or not empty."""
     with storage_errors(path, "rmdir"):
@@ -622,68 +421,6 @@ def rmdir(path: str, *, durable: bool = True) -> bool:
         if durable:
             fsync_dir(os.path.dirname(path))
         return True
-
-
-def _own_dir(path: str) -> None:
-    """Refuse a symlink (or a file) where a directory of the store belongs."""
-    st = lstat(path)
-    if st is not None and not stat.S_ISDIR(st.st_mode):
-        link = stat.S_ISLNK(st.st_mode)
-        what = "a symlink" if link else "not a directory"
-        raise UnreadableState(f"{path} is {what}: never followed", path=path,
-                              reason="symlink" if link else "not_a_directory")
-
-
-def list_names(path: str, *, follow: bool = True) -> list[str]:
-    """One listing of a directory (``os.scandir``); [] if it does not exist. StorageError if the
-    disk refuses it (a directory at mode 0000: EACCES; a file in its place: ENOTDIR).
-    ``follow=False``: a symlink at ``path`` is refused (UnreadableState, reason ``symlink``)
-    instead of listed through — for a directory whose entries the caller may delete."""
-    if not follow:
-        _own_dir(path)
-    try:
-        with storage_errors(path, "list"), os.scandir(path) as it:
-            return [e.name for e in it]
-    except FileNotFoundError:
-        return []
-
-
-# Filesystems that cannot keep POSIX modes: every entry shows the mount's mask whatever chmod
-# says (FAT, exFAT; "fuseblk" is exFAT or NTFS through FUSE, mounted without permissions).
-_NO_MODES_FS = frozenset({"vfat", "msdos", "exfat", "fuseblk", "fuse.exfat", "fuse.ntfs-3g"})
-_holds_modes: dict[int, bool] = {}
-
-
-def holds_modes(path: str) -> bool:
-    """Can the filesystem holding ``path`` keep a file mode (0600/0700)? Where it cannot, a wide
-    mode is the mount's doing, not a problem to report or repair. Linux: the filesystem type from
-    ``/proc/self/mountinfo`` (matched by device number); Windows never; elsewhere True."""
-    if not MODES_HELD:  # Windows: ACLs and a read-only bit, on every filesystem
-        return False
-    try:
-        dev = os.lstat(path).st_dev
-    except OSError:
-        return True
-    got = _holds_modes.get(dev)
-    if got is None:
-        got = _fs_type(dev) not in _NO_MODES_FS
-        _holds_modes[dev] = got
-    return got
-
-
-def _fs_type(dev: int) -> str | None:
-    if not hasattr(os, "major"):  # Windows: no mountinfo; modes mean little there anyway
-        return None
-    want = f"{os.major(dev)}:{os.minor(dev)}"
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                fields = line.split()
-                if len(fields) > 3 and fields[2] == want and "-" in fields:
-                    return fields[fields.index("-") + 1]
-    except OSError:
-        pass
-    return None
 
 
 def chmod(path: str, mode: int) -> None:
