@@ -5,7 +5,8 @@ progress => ``markers/<id>.json`` exists" true at every crash point. A marker wh
 not in progress (a crash between the session write and the marker removal) is repaired, with a
 ``marker_repaired`` event, when recovery or doctor meets it — through the repair gate
 (``_repair``), which sits above the store: reads here never repair. What this process last read
-or wrote of each file is remembered by stat in a ``FileCache`` (``_filecache``).
+or wrote of each file is remembered by stat in a ``FileCache`` (``_filecache``). The turn API
+(``begin_turn`` ... ``abandon_turn``) is ``_storeturns``'s, bound here as methods.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ import os
 import time
 from contextlib import contextmanager
 
-from . import _commit, _discovery, _fsio
+from . import _commit, _discovery, _fsio, _storeturns
 from . import _events as ev
-from ._commit import evolve
 from ._config import DEFAULT_CONFIG, Config
 from ._errors import (
     ConflictError,
@@ -26,7 +26,6 @@ from ._errors import (
     InvalidState,
     SessionNotFound,
     StorageError,
-    TurnStateError,
     UnreadableState,
 )
 from ._filecache import FileCache
@@ -432,112 +431,10 @@ class Store:
             self._cache.forget(sid)
         self.emit(ev.SESSION_DELETED, session_id=sid, version=disk)
 
-    # ------------------------------------------------------------------ turn API
+    # ------------------------------------------------------------------ turn API (_storeturns)
 
-    def begin_turn(self, session_id: str, content: str | None = None, *, role: str = "user",
-                   turn_id: str | None = None, route_key: str | None = None,
-                   change: Callable[[Session], Session] | None = None,
-                   detail: dict[str, Any] | None = None) -> Session:
-        """Start a turn: commit in progress (marker first) BEFORE any model call.
-
-        ``route_key``: the route lock the caller holds — the turn's route until it ends, even if
-        the session's ``route_key`` changed since the caller looked (default: the session's).
-        ``change(session)``: applied to the new in-progress session in the same commit (the turn
-        protocol records the driver and the run's identity there). ``detail``: added to the
-        ``turn_started`` event."""
-        from ._model import Message, Turn, extended
-
-        tid = turn_id or new_id()
-
-        def start(s: Session) -> Session:
-            if s.in_progress:
-                running = s.turn.id if s.turn else "?"
-                raise TurnStateError(
-                    f"session {s.id!r} already has a turn in progress (turn {running}): wait for "
-                    f"it, stop it with `fsdurable cancel {s.id}`, or if its process died let "
-                    "`fsdurable recover` (or the host's recover) settle it",
-                    session_id=s.id, reason="in_progress")
-            now = self.clock()
-            msgs = extended(s.messages, *((Message(role, content),) if content is not None else ()))
-            new = evolve(s, in_progress=True, messages=msgs,
-                         turn=Turn(id=tid, started_at=now, checkpoint_at=now,
-                                   route_key=s.route_key if route_key is None else route_key))
-            return change(new) if change is not None else new
-
-        s = self.patch(session_id, start)
-        self.emit(ev.TURN_STARTED, session_id=s.id, turn_id=tid, **(detail or {}))
-        return s
-
-    def checkpoint(self, session: Session, *, phase: str | None = None) -> Session:
-        """Commit the turn's progress (ConflictError if the session moved on, e.g. cancelled)."""
-        turn = session.turn
-        if turn is None:
-            raise TurnStateError(f"session {session.id!r} has no turn in progress",
-                                 session_id=session.id, reason="not_in_progress")
-        t = evolve(turn, checkpoint_at=self.clock(), phase=phase or turn.phase)
-        return self.commit(evolve(session, turn=t), session.version)
-
-    def end_turn(self, session: Session, reply: str | None = None) -> Session:
-        """Finish the turn: commit not in progress (marker removed after the session)."""
-        from ._model import Message, extended
-
-        turn = session.turn
-        if turn is None:
-            raise TurnStateError(f"session {session.id!r} has no turn in progress",
-                                 session_id=session.id, reason="not_in_progress")
-        msgs = extended(session.messages,
-                        *((Message("assistant", reply),) if reply is not None else ()))
-        s = self.commit(evolve(session, in_progress=False, turn=None, messages=msgs),
-                        session.version)
-        self.emit(ev.TURN_COMPLETED, session_id=s.id, turn_id=turn.id)
-        return s
-
-    def cancel(self, session_id: str, *, turn_id: str | None = None) -> Session:
-        """Cancel the turn in progress (``turn_id``: only that turn): it never comes back. No-op
-        if none is in progress. An effectful call that may have run (its ledger entry still at
-        ``intent``) stays on record and goes to the review queue (``fsdurable review``), never
-        dropped silently."""
-        from ._model import closed_turn
-
-        cancelled: list[str] = []
-        doubt: list[dict[str, Any]] = []
-
-        def stop(s: Session) -> Session:
-            if not s.in_progress or s.turn is None or turn_id not in (None, s.turn.id):
-                return s
-            cancelled[:] = [s.turn.id]
-            new, doubt[:] = closed_turn(s, at=self.clock(), reason="cancelled")
-            return new
-
-        s = self.patch(session_id, stop)
-        if cancelled:
-            self.emit(ev.TURN_CANCELLED, session_id=s.id, turn_id=cancelled[0])
-        if doubt:
-            self.emit(ev.REVIEW_REQUIRED, session_id=s.id, turn_id=cancelled[0],
-                      reason="cancelled", calls=doubt)
-        return s
-
-    def abandon_turn(self, session_id: str, turn_id: str, *, reason: str,
-                     **detail: Any) -> Session | None:
-        """Clear an interrupted turn that will not be resumed, with an
-        ``interrupted_turn_abandoned`` event; its marker goes with it (the commit function).
-        Its in-doubt calls go to the review queue first (``interrupted_turn_review_required``):
-        a stale or exhausted turn's side effects are checked, never dropped with it.
-        Returns None, touching nothing, if the session is gone, unreadable or no longer on that
-        turn (a marker left then is the repair gate's: ``_repair.repair_marker``)."""
-        from ._model import closed_turn
-
-        sid = validate_session_id(session_id)
-        doubt: list[dict[str, Any]] = []
-        with self._commit_lock(sid):
-            s = self._load_or_none(sid)
-            if s is not None and s.in_progress and s.turn is not None and s.turn.id == turn_id:
-                new, doubt = closed_turn(s, at=self.clock(), reason=reason)
-                s = self._commit_locked(new, s.version)
-            else:
-                s = None
-        self.emit(ev.ABANDONED, session_id=sid, turn_id=turn_id, reason=reason, **detail)
-        if doubt:
-            self.emit(ev.REVIEW_REQUIRED, session_id=sid, turn_id=turn_id, reason=reason,
-                      calls=doubt)
-        return s
+    begin_turn = _storeturns.begin_turn
+    checkpoint = _storeturns.checkpoint
+    end_turn = _storeturns.end_turn
+    cancel = _storeturns.cancel
+    abandon_turn = _storeturns.abandon_turn
