@@ -53,14 +53,12 @@ from . import _lgruns as runs
 from . import _lgstore as lg
 from ._aio import run_sync
 from ._config import DEFAULT_CONFIG, Config
+from ._lgrecover import RunResult, arecover, recover
 from ._lgruns import (
     UNATTENDED,
     ExitDurabilityWarning,
-    RunResult,
     ToolLedger,
-    arecover,
     attended,
-    recover,
     tool_context,
     tool_node,
 )
