@@ -27,7 +27,11 @@ from fsdurable import adk
 
 from . import adk_agent
 from .adk_agent import FINAL, Scripted
-from .conftest import PYTHON, subprocess_env
+from .conftest import run_module, subprocess_env
+
+# what tests/adk_agent.py's children import: once, in their fork server
+ADK_WARM = ("google.adk.agents", "google.adk.models.base_llm", "google.adk.plugins.base_plugin",
+            "google.genai.types", "fsdurable.adk", "fsdurable._adkrun")
 
 # ---------------------------------------------------------------------------------- storage
 
@@ -325,8 +329,7 @@ def child(mode: str, root: Path, log: Path, kill: str = "", *, pay: str = "exter
           debounce: float = 0) -> subprocess.CompletedProcess[str]:
     env = subprocess_env(ADK_LOG=str(log), ADK_KILL=kill, ADK_PAY=pay,
                          ADK_DEBOUNCE=str(debounce))
-    return subprocess.run([PYTHON, "-m", "tests.adk_agent", mode, str(root)], env=env,
-                          capture_output=True, text=True, timeout=120)
+    return run_module("tests.adk_agent", [mode, str(root)], env, ADK_WARM, timeout=120)
 
 
 def killed(root: Path, log: Path, kill: str, **kw: Any) -> None:

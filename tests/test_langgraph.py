@@ -35,7 +35,11 @@ from fsdurable._lgstore import parse_record, thread_session_id
 from fsdurable.langgraph import FsDurableSaver, arecover, recover
 
 from . import lg_graph
-from .conftest import PYTHON, REPO, subprocess_env
+from .conftest import PYTHON, REPO, run_module, subprocess_env
+
+# what tests/lg_graph.py's children import: once, in their fork server
+LG_WARM = ("langchain_core.language_models.fake_chat_models", "langgraph.graph",
+           "langgraph.prebuilt", "fsdurable.langgraph")
 
 SCHEMAS = REPO / "schemas"
 SCHEMA = {k: Draft202012Validator(json.loads((SCHEMAS / f"{k}.schema.json").read_text()))
@@ -43,9 +47,8 @@ SCHEMA = {k: Draft202012Validator(json.loads((SCHEMAS / f"{k}.schema.json").read
 
 
 def child(*args: str, log: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PYTHON, "-m", "tests.lg_graph", *args], cwd=REPO, text=True,
-                          capture_output=True, timeout=180,
-                          env=subprocess_env(LG_LOG=str(log), **env))
+    return run_module("tests.lg_graph", list(args), subprocess_env(LG_LOG=str(log), **env),
+                      LG_WARM, timeout=180)
 
 
 def events(log: Path) -> list[str]:

@@ -28,7 +28,10 @@ import fsdurable
 from fsdurable import openai_agents as oa
 
 from . import oa_agent
-from .conftest import PYTHON, subprocess_env
+from .conftest import PYTHON, run_module, subprocess_env
+
+# what tests/oa_agent.py's children import: once, in their fork server
+OA_WARM = ("agents", "agents.testing", "fsdurable.openai_agents", "fsdurable._oarun")
 
 KINDS = ("file", "sqlite")
 
@@ -292,8 +295,7 @@ def child(mode: str, root: Path, log: Path, kill: str = "", script: str = "sums"
           ) -> subprocess.CompletedProcess[str]:
     env = subprocess_env(OA_LOG=str(log), OA_KILL=kill, OA_SCRIPT=script,
                          OA_DEBOUNCE=str(debounce), OA_SOURCE=source, OA_EFFECTS=effects)
-    return subprocess.run([PYTHON, "-m", "tests.oa_agent", mode, str(root)], env=env,
-                          capture_output=True, text=True, timeout=120)
+    return run_module("tests.oa_agent", [mode, str(root)], env, OA_WARM, timeout=120)
 
 
 def lines(log: Path) -> list[str]:

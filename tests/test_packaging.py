@@ -152,7 +152,7 @@ def test_sdist_and_wheel_hold_what_users_and_pytest_need(tmp_path: Path) -> None
         assert missing == [], f"MANIFEST.in leaves out: {missing}"
     # pytest collects the unpacked sdist without an error (it had 20 collection errors)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    r = subprocess.run([PYTHON, "-m", "pytest", "--collect-only", "-q", "-p",
+    r = subprocess.run([PYTHON, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p",
                         "no:cacheprovider"], cwd=src, env=env, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0 and "error" not in r.stdout.splitlines()[-1], r.stdout[-2000:]

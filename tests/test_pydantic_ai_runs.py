@@ -28,7 +28,10 @@ import fsdurable
 from fsdurable import pydantic_ai as pai
 
 from . import pai_agent
-from .conftest import PYTHON, subprocess_env
+from .conftest import run_module, subprocess_env
+
+# what tests/pai_agent.py's children import: once, in their fork server
+PAI_WARM = ("pydantic_ai", "pydantic_ai.models.function", "fsdurable.pydantic_ai")
 
 NODES = 9  # UserPrompt, then (ModelRequest, CallTools) x 4, then End: 9 boundaries
 
@@ -38,8 +41,7 @@ def child(mode: str, root: Path, log: Path, kill: str = "", script: str = "sums"
           ) -> subprocess.CompletedProcess[str]:
     env = subprocess_env(PAI_LOG=str(log), PAI_KILL=kill, PAI_SCRIPT=script,
                          PAI_DEBOUNCE=str(debounce), PAI_SEND_EFFECT=send_effect)
-    return subprocess.run([PYTHON, "-m", "tests.pai_agent", mode, str(root)], env=env,
-                          capture_output=True, text=True, timeout=120)
+    return run_module("tests.pai_agent", [mode, str(root)], env, PAI_WARM, timeout=120)
 
 
 def lines(log: Path) -> list[str]:

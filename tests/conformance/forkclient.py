@@ -23,12 +23,12 @@ REPO = Path(__file__).resolve().parents[2]
 class Server:
     """One fork server (a driver's framework imported once) and the exits it reports."""
 
-    def __init__(self, driver: str) -> None:
+    def __init__(self, driver: str, warm: tuple[str, ...] = ()) -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
         env.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.conformance.forkserver",
-                                      driver], cwd=REPO, env=env, text=True, bufsize=1,
+                                      driver, *warm], cwd=REPO, env=env, text=True, bufsize=1,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert self.proc.stdout is not None and self.proc.stdin is not None
         first = self.proc.stdout.readline().strip()
@@ -150,6 +150,24 @@ def server(driver: str) -> Server | None:
     return got if got is not None and got.ok else None
 
 
+def module_server(warm: tuple[str, ...]) -> Server | None:
+    """A fork server of ``python -m MODULE`` children that has imported ``warm`` (a framework
+    and the fsdurable modules its children use); None where children must be exec'd. The
+    module itself runs fresh in each child (``Server.spawn([MODULE, *args], ...)``)."""
+    if os.environ.get("FSDC_EXEC") == "1":
+        return None
+    key = "-" + ",".join(warm)
+    with _LOCK:
+        if key not in _SERVERS:
+            s = Server("-", warm)
+            if not s.ok:
+                print(f"forkserver: none for {warm} ({s.why}): exec children", file=sys.stderr)
+                s.close()
+            _SERVERS[key] = s if s.ok else None
+        got = _SERVERS[key]
+    return got if got is not None and got.ok else None
+
+
 @atexit.register
 def _close_all() -> None:
     for s in _SERVERS.values():
@@ -159,4 +177,4 @@ def _close_all() -> None:
 
 Proc = subprocess.Popen[str] | Forked
 
-__all__ = ["Forked", "Proc", "Server", "server"]
+__all__ = ["Forked", "Proc", "Server", "module_server", "server"]

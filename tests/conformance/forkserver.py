@@ -55,12 +55,17 @@ COMMON = ("fsdurable._store", "fsdurable._locks", "fsdurable._codec", "fsdurable
           "fsdurable._turns", "fsdurable._recovery", "fsdurable._repair", "fsdurable._review")
 
 
-def serve(driver: str) -> dict[str, Any] | None:
-    """The server loop; returns a request in a forked child (None in the server at EOF)."""
-    mod = importlib.import_module(f"tests.conformance.drivers.{driver.replace('-', '_')}")
-    for name in (*COMMON, *getattr(mod, "WARM", ())):
+def serve(driver: str, warm: tuple[str, ...] = ()) -> dict[str, Any] | None:
+    """The server loop; returns a request in a forked child (None in the server at EOF).
+    ``driver`` is a conformance driver, or ``-`` for a server of ``python -m MODULE`` children
+    (``run_module``) that imports only ``warm`` (the framework and fsdurable modules): the
+    child's module itself runs fresh in the child, so what it reads from its environment at
+    import is the child's."""
+    if driver != "-":
+        mod = importlib.import_module(f"tests.conformance.drivers.{driver.replace('-', '_')}")
+        warm = (*getattr(mod, "WARM", ()), "tests.conformance.__main__", *warm)
+    for name in (*COMMON, *warm):
         importlib.import_module(name)
-    importlib.import_module("tests.conformance.__main__")
     out = sys.stdout
     if threading.active_count() != 1:
         out.write(f"nofork {threading.active_count()} threads after import\n")
@@ -111,10 +116,17 @@ def _become(req: dict[str, Any]) -> list[str]:
 
 
 def main() -> int:
-    req = serve(sys.argv[1])
+    driver = sys.argv[1]
+    req = serve(driver, tuple(sys.argv[2:]))
     if req is None:
         return 0
     argv = _become(req)
+    if driver == "-":  # argv: MODULE ARGS...: run it as ``python -m`` runs it
+        import runpy
+
+        sys.argv = [argv[0], *argv[1:]]
+        runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+        return 0
     from tests.conformance.__main__ import main as child_main
 
     return child_main(argv)
