@@ -6,6 +6,11 @@ Writes ``memory.json``. Each figure comes from a fresh process (peak RSS of the 
 alone), with 10 interrupted turns.
 Contenders: fsdurable (``Store(root).interrupted()``), the floor (``os.scandir`` of ``markers/`` +
 ``json``) and the full scan of ``sessions/`` that file-based agents do today.
+
+Second part, loading one big session (10 MB of messages; 1 MB with ``--quick``, written by 20
+message-adding commits): peak RSS of a fresh process that opens the store, loads the session and
+reads every message (``tuple(session.messages)``), against one that ``json.loads`` the same
+messages from one file (what a whole-file design reads), and the interpreter alone.
 """
 
 from __future__ import annotations
@@ -68,6 +73,71 @@ print(json.dumps({"found": len(found), "traced_peak_bytes": peak,
 """
 
 
+LOAD_PROBE = """\
+import sys
+kind, where = sys.argv[1], sys.argv[2]
+if kind == "fsdurable":
+    import fsdurable
+    n = len(tuple(fsdurable.Store(where).load("big").messages))
+elif kind == "json_loads":
+    import json
+    with open(where, "rb") as f:
+        n = len(json.loads(f.read()))
+else:
+    n = 0
+with open("/proc/self/status") as f:
+    peak = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+print(f"{n} {peak}")
+"""
+
+
+def big_session(base: str, mb: int) -> tuple[str, str, int, int]:
+    """A store with one session of ``mb`` MB of messages (20 commits) and the same messages as
+    one JSON file; returns (store root, file, messages, bytes of the file)."""
+    import os
+    import shutil
+
+    import attrs
+    import orjson
+
+    import fsdurable
+    from fsdurable import _codec
+
+    from .growth import transcript
+
+    root, flat = os.path.join(base, f"load-{mb}mb"), os.path.join(base, f"load-{mb}mb.json")
+    shutil.rmtree(root, ignore_errors=True)
+    msgs = transcript(mb * 1024 * 1024 // 670)
+    store = fsdurable.Store(root)
+    store.create("big")
+    step = -(-len(msgs) // 20)
+    for i in range(step, len(msgs) + step, step):
+        store.patch("big", lambda cur, i=i: attrs.evolve(cur, messages=msgs[:i]))
+    whole = orjson.dumps([_codec._conv().unstructure(m) for m in msgs])
+    with open(flat, "wb") as f:
+        f.write(whole)
+    return root, flat, len(msgs), len(whole)
+
+
+def load_rss(base: str, env: dict[str, str], quick: bool) -> dict[str, Any]:
+    mb = 1 if quick else 10
+    root, flat, count, size = big_session(base, mb)
+    where = {"fsdurable": root, "json_loads": flat, "interpreter": "-"}
+    runs: dict[str, list[tuple[int, int]]] = {k: [] for k in where}
+    for _ in range(3 if quick else 7):  # interleaved rounds: load hits them alike
+        for kind, w in where.items():
+            out = subprocess.run([sys.executable, "-c", LOAD_PROBE, kind, w], env=env,
+                                 check=True, capture_output=True, text=True, timeout=600)
+            n, peak = map(int, out.stdout.split())
+            if kind != "interpreter" and n != count:
+                raise AssertionError(f"{kind} read {n} messages, expected {count}")
+            runs[kind].append((peak, n))
+    med = {k: sorted(p for p, _ in v)[len(v) // 2] for k, v in runs.items()}
+    res = {"messages": count, "bytes": size, "peak_rss_kb": med, "runs": len(runs["fsdurable"])}
+    log(f"  load {size >> 20} MB: " + ", ".join(f"{k} {v / 1024:.1f} MB" for k, v in med.items()))
+    return res
+
+
 def probe(kind: str, root: str, env: dict[str, str], reps: int, *,
           traced: bool = True) -> dict[str, Any]:
     runs = []
@@ -111,7 +181,12 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
                                              "met": rss_ratio <= 1.05},
                "traced_peak_largest_vs_smallest_n": {"value": traced_ratio, "target": "<= 1.1",
                                                      "met": traced_ratio <= 1.1}}
-    body = {"rows": rows, "targets": targets}
+    load = load_rss(os.path.dirname(datasets[-1].path), cenv, quick)
+    pk = load["peak_rss_kb"]
+    load_ratio = pk["fsdurable"] / pk["json_loads"]
+    targets["load_rss_vs_json_loads"] = {"value": load_ratio, "target": "<= 1.2",
+                                         "met": load_ratio <= 1.2}
+    body = {"rows": rows, "load": load, "targets": targets}
     write_result(out_dir, "memory", env, body, quick=quick)
     return body
 

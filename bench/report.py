@@ -120,6 +120,8 @@ HEADLINES = [
     ("memory", "rss_largest_vs_smallest_n", "discovery peak RSS, largest N vs smallest N"),
     ("events", "session_query_large_vs_small",
      "`events(session_id)` beside 5,000 other sessions' history vs beside 10"),
+    ("memory", "load_rss_vs_json_loads",
+     "peak RSS loading a 10 MB session (every message read) vs `json.loads` of it"),
     ("memory", "traced_peak_largest_vs_smallest_n",
      "discovery peak Python allocations, largest N vs smallest N"),
     ("langgraph", "put_vs_sqlite_full", "LangGraph `put` vs SqliteSaver (both fsync: FULL)"),
@@ -299,7 +301,21 @@ def memory(d: dict[str, Any]) -> str:
         "\n\nEach cell: peak RSS of the whole process / peak Python allocations during the "
         "discovery call (tracemalloc, a second call), median of 3 fresh processes (the full "
         "scan at the largest N: one process, not traced: it takes seconds), 10 interrupted "
-        "turns. The first call's peak RSS is taken before tracing starts.")
+        "turns. The first call's peak RSS is taken before tracing starts.") + load_table(d)
+
+
+def load_table(d: dict[str, Any]) -> str:
+    ld = d.get("load")
+    if ld is None:
+        return ""
+    pk = ld["peak_rss_kb"]
+    base = pk["interpreter"]
+    rows = [[k, f"{v / 1024:.1f} MB", f"+{(v - base) / 1024:.1f} MB",
+             f"{v / pk['json_loads']:.2f}x"] for k, v in pk.items()]
+    return ("\n\nLoading one session of " + f"{ld['bytes'] / 1e6:.1f} MB ({ld['messages']:,} "
+            "messages, 20 commits): peak RSS of a fresh process, median of "
+            f"{ld['runs']} interleaved rounds.\n\n"
+            + table(["process", "peak RSS", "over the interpreter", "vs json.loads"], rows))
 
 
 # ---------------------------------------------------------------------------- plots

@@ -47,6 +47,7 @@ def test_quick_bench_completes_and_writes_valid_json(tmp_path: Path) -> None:
     assert {r["size"] for r in docs["commit"]["rows"]} >= {1024, 65536}
     assert docs["growth"]["checkpoint_growth"] and docs["growth"]["throughput"]
     assert docs["memory"]["rows"][0]["fsdurable"]["found"] == 10
+    assert set(docs["memory"]["load"]["peak_rss_kb"]) == {"fsdurable", "json_loads", "interpreter"}
     lag = docs["looplag"]["results"]
     assert all(stats_ok(lag[m]["lag"]) for m in ("async", "sync"))
     ad = docs["adapters"]
