@@ -17,13 +17,11 @@ On disk (format ``fsdurable/1``; docs/storage.md, "LangGraph threads")::
     langgraph/lg-<hash>/<seq>.ckpt     records of the older layout (format lghead/1), read in
     langgraph/lg-<hash>/<seq>.writes   place (``legacy``) until a deletion copies them into a log
 
-A thread id is an arbitrary string: its session id is ``lg-`` + the first 32 hex digits of its
-SHA-256 (no path escape, no case clash, 128 bits); the id itself is kept in the head and in every
-record. A put appends its frame and fdatasyncs the log: ONE fsync, whatever the length of the
-thread. The thread's head is the document's, or the last valid frame's that ends at or after
-the document's ``at`` (the run state always the document's). Deleting records (prune,
-delete_for_runs) copies the survivors into log n + 1 (temp, fsync, rename), commits the head
-naming it, then removes the old log.
+A thread's session id is ``lg-`` + 32 hex digits of its id's SHA-256 (no path escape, no case
+clash). A put appends its frame and fdatasyncs the log: ONE fsync. The head is the document's,
+or the last valid frame's at or after the document's ``at`` (the run state: the document's).
+Deleting records copies the survivors into log n + 1, commits the head naming it, then removes
+the old log. Files no document names go to quarantine/ (``_lgrepair``), never deleted.
 """
 
 from __future__ import annotations
@@ -69,6 +67,7 @@ from ._lglog import (
     visible,
     with_state,
 )
+from ._lgrepair import set_aside, set_aside_dir
 from ._model import Session
 from ._store import Store
 
@@ -112,8 +111,7 @@ class Threads:
 
     def session(self, sid: str) -> Session | None:
         """The thread's document as on disk: the one last read or committed here if the file
-        is still that commit (the store's own check of its stat, a racy one confirmed from the
-        file's first bytes), else read again."""
+        is still that commit (the store's stat check), else read again."""
         st = _fsio.lstat(self.layout.session(sid))
         with self._mu:
             cached = self._docs.get(sid)
@@ -303,8 +301,7 @@ class Threads:
                 blobs[ch] = typed
         return rec, blobs, self.writes_of(s, wseqs)
 
-    def writes_of(self, s: Session, seqs: Iterable[int]
-                  ) -> list[tuple[str, str, Typed, str, int]]:
+    def writes_of(self, s: Session, seqs: Iterable[int]) -> list[tuple[str, str, Typed, str, int]]:
         """Pending writes of those records (``_lglog.pending_writes``)."""
         return pending_writes(self.record(s, n, "writes") for n in sorted(seqs))
 
@@ -333,8 +330,8 @@ class Threads:
         sid = self.sid(thread_id)
         with self.store.commit_lock(sid):
             s = self.session(sid)
-            if s is None:
-                self._clear_dir(sid)  # a crashed first put or delete: nothing acknowledged
+            if s is None:  # files no document names: kept in quarantine/ (_lgrepair)
+                self._clear_dir(sid, set_aside="no_session")
             head = self.head(s) if s is not None else new_head(str(thread_id))
             out = fn(s, head, head["seq"] + 1)
             if out is None:
@@ -392,13 +389,13 @@ class Threads:
             cached = self._logs.get(sid)
             view = cached[1] if cached is not None and cached[0] == (new["gen"], n) else None
             if migrating:  # a log no document names (a migration a crash cut short)
-                _fsio.unlink(path, durable=False)
+                set_aside(self.store, sid, path, "migration_cut_short")
                 view = None
             else:
                 view = scan(path, view, self._max)
             if view is None:  # no log yet, or one whose header a crash tore: nothing in it
                 _fsio.makedirs(self.layout.lg_thread(sid), durable=self._durable)
-                _fsio.unlink(path, durable=False)
+                set_aside(self.store, sid, path, "torn_log")  # kept, never deleted
                 _fsio.write_new(path, encode_header(new["thread_id"], new["gen"], n),
                                 durable=self._durable)
                 view = scan(path, None, self._max)
@@ -419,13 +416,16 @@ class Threads:
                 self._records.popitem(last=False)
         return end
 
-    def _clear_dir(self, sid: str) -> None:
-        """Remove a thread directory whose session is gone (deleted, or never committed)."""
+    def _clear_dir(self, sid: str, set_aside: str | None = None) -> None:
+        """Remove the directory of a thread the caller deletes; ``set_aside``: one no document
+        names, whose files go to quarantine/ with that reason instead (_lgrepair)."""
         d = self.layout.lg_thread(sid)
-        names = _fsio.list_names(d, follow=False)  # a planted symlink: refused, never followed
-        for name in names:
+        names = [] if set_aside is not None else _fsio.list_names(d, follow=False)
+        for name in names:  # a planted symlink: refused by the listing, never followed
             _fsio.unlink(f"{d}/{name}", durable=False)
-        if names or _fsio.lstat(d) is not None:
+        if set_aside is not None:
+            set_aside_dir(self.store, sid, d, set_aside)
+        elif names or _fsio.lstat(d) is not None:
             _fsio.rmdir(d, durable=self._durable)
         with self._mu:
             self._index.pop(sid, None)

@@ -131,3 +131,31 @@ def test_a_torn_log_header_of_a_new_thread_is_replaced(tmp_path: Path) -> None:
     fresh.close()
     got = FsDurableSaver(root).get_tuple(CFG)
     assert got is not None and got.checkpoint["id"] == c["configurable"]["checkpoint_id"]
+
+
+def test_a_threads_files_without_their_document_are_kept_in_quarantine(tmp_path: Path) -> None:
+    """A thread's log that arrived (by a sync tool) before its session document, or that a
+    crashed first put left: the next first put of the thread on this node never deletes it
+    (it did: ``_clear_dir`` unlinked every file); the repair gate moves it into quarantine/
+    with an event, byte for byte."""
+    import shutil
+
+    import fsdurable
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    other = FsDurableSaver(fsdurable.Store(a, node_id="laptop"))
+    put(other, 0)
+    other.close()
+    theirs = log_of(a).read_bytes()
+    (b / "langgraph").mkdir(parents=True)
+    shutil.copytree(log_of(a).parent, log_of(b).parent)  # the log came first; no document yet
+    mine = FsDurableSaver(fsdurable.Store(b, node_id="desktop"))
+    put(mine, 0)
+    mine.close()
+    store = fsdurable.Store(b)
+    kept = [q for q in os.listdir(b / "quarantine") if q.endswith(log_of(b).name)]
+    assert len(kept) == 1, os.listdir(b / "quarantine")
+    assert (b / "quarantine" / kept[0]).read_bytes() == theirs
+    [ev] = [e for e in store.events(thread_session_id("t")) if e.code == "file_quarantined"]
+    assert ev.detail["kind"] == "langgraph" and ev.detail["cause"] == "no_session"
+    assert snapshot(FsDurableSaver(store))[0][1]["step"] == 0  # this node's thread is readable
