@@ -32,9 +32,10 @@ WHEELHOUSE = os.path.join(TMP, "wheelhouse")
 def _source_hash() -> str:
     h = hashlib.sha256()
     files = [os.path.join(REPO, "pyproject.toml")]
-    for dirpath, dirnames, names in os.walk(os.path.join(REPO, "fsdurable")):
-        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-        files += [os.path.join(dirpath, n) for n in sorted(names) if not n.endswith(".pyc")]
+    for tree in ("fsdurable", "schemas"):
+        for dirpath, dirnames, names in os.walk(os.path.join(REPO, tree)):
+            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+            files += [os.path.join(dirpath, n) for n in sorted(names) if not n.endswith(".pyc")]
     for f in files:
         h.update(os.path.relpath(f, REPO).encode())
         with open(f, "rb") as fh:
@@ -76,8 +77,9 @@ def clean_venv() -> str:
         for name in ("pyproject.toml", "README.md", "LICENSE"):
             if os.path.exists(os.path.join(REPO, name)):
                 shutil.copy(os.path.join(REPO, name), src)
-        shutil.copytree(os.path.join(REPO, "fsdurable"), os.path.join(src, "fsdurable"),
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for tree in ("fsdurable", "schemas"):  # the wheel maps schemas/ in (pyproject.toml)
+            shutil.copytree(os.path.join(REPO, tree), os.path.join(src, tree),
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         _run([*pip, "wheel", "-w", WHEELHOUSE, src])
     _run([sys.executable, "-m", "venv", "--without-pip", VENV])
     _run([*pip, "--python", python(), "install", "--no-index", "--find-links", WHEELHOUSE,
@@ -92,7 +94,9 @@ def describe(py: str) -> dict[str, object]:
     code = ("import importlib.metadata as m, json, sys; print(json.dumps({'python': sys.version"
             ".split()[0], 'executable': sys.executable, 'distributions': sorted("
             "f\"{d.metadata['Name']}=={d.version}\" for d in m.distributions())}))")
-    out = subprocess.run([py, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    # -I: the venv alone (python -c would put the cwd, a checkout's egg-info, on sys.path)
+    out = subprocess.run([py, "-I", "-c", code], capture_output=True, text=True, check=True,
+                         timeout=60)
     import json
 
     result: dict[str, object] = json.loads(out.stdout)

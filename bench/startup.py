@@ -249,7 +249,8 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
     ds.configure(10)
     env = environment(ds.path)
     state = os.path.join(os.path.dirname(ds.path), "state")
-    use_venv = os.environ.get("FSDURABLE_BENCH_VENV", "0" if quick else "1") == "1"
+    # the quick run too: the smoke test then proves the clean venv builds (it broke unseen once)
+    use_venv = os.environ.get("FSDURABLE_BENCH_VENV", "1") == "1"
     if use_venv:
         from ._venv import clean_venv, describe
 
