@@ -8,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -524,3 +525,33 @@ def test_resolve_waits_for_a_turn_holding_the_route(root: Path) -> None:
         release.set()
         t.join(30)
     assert resolve(store, "s1").kept == copy
+
+
+@pytest.mark.parametrize("xdg", [None, "", "  ", "/srv/state"])
+def test_the_state_base_is_platformdirs_without_importing_it(
+        monkeypatch: pytest.MonkeyPatch, xdg: str | None) -> None:
+    """On Linux the machine-local state base is computed without platformdirs (its import was
+    5-10 ms of every CLI command that needs the node id); it must be exactly platformdirs'
+    answer, or a user's node id and locks would move on upgrade."""
+    import platformdirs
+
+    from fsdurable import _layout
+
+    state, data = ("XDG_STATE_HOME", "~/.local/state"), ("XDG_DATA_HOME", "~/.local/share")
+    if not sys.platform.startswith("linux"):
+        assert _layout._xdg(*state) is None and _layout._xdg(*data) is None
+        return
+    monkeypatch.delenv("FSDURABLE_STATE_DIR")
+    for var in ("XDG_STATE_HOME", "XDG_DATA_HOME"):
+        if xdg is None:
+            monkeypatch.delenv(var, raising=False)
+        else:
+            monkeypatch.setenv(var, xdg)
+    assert _layout._xdg(*state) == platformdirs.user_state_dir("fsdurable", appauthor=False)
+    assert _layout._xdg(*data) == platformdirs.user_data_dir("fsdurable", appauthor=False)
+    assert _layout._state_base() == _layout._platform_state()
+    assert _layout.default_root() == os.path.join(
+        platformdirs.user_data_dir("fsdurable", appauthor=False), "store")
+    monkeypatch.setenv("ANDROID_DATA", "/data")
+    monkeypatch.setenv("ANDROID_ROOT", "/system")
+    assert _layout._xdg(*state) is None  # platformdirs decides there
