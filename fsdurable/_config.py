@@ -88,12 +88,15 @@ class Config(Record):
     # Longer only keeps a crash's leftovers on disk a little longer.
     segment_grace: float = HOUR
 
-    # Default 16 KiB: a chain's newest values (the messages, each lane) are kept inline in the
-    # session document up to this many bytes of JSON (docs/storage.md, "The inline tail"), then
-    # written as one segment. Without it every commit that adds a message writes a new file (four
-    # fsyncs where the document alone costs two); without a bound the document would grow with
-    # the history and every commit would cost the history again. 0: every value goes to a segment.
-    inline_tail_bytes: int = 16 * 1024
+    # Default 4 KiB (about a page): a chain's newest values (the messages, each lane) are kept
+    # inline in the session document up to this many bytes of JSON (docs/storage.md, "The inline
+    # tail"), then written as one segment. Without it every commit that adds a message writes a
+    # new file (four fsyncs where the document alone costs two, one file per message for a sync
+    # tool to list); without a bound the document would grow with the history and every commit
+    # would cost the history again. Larger means fewer segments and fsyncs but more bytes
+    # rewritten per commit (16 KiB: a chat of 2 KB messages writes 1.4x the bytes; storage.md
+    # has the figures). 0: every value goes to a segment (format 5's cost).
+    inline_tail_bytes: int = 4 * 1024
 
     # Default 256: the same bound in values, so a document of many tiny values never makes a
     # `load` (which parses the inline tail's JSON with the document) cost more than that many.
