@@ -31,11 +31,15 @@ against the SDK's own ``SQLiteSession`` (a file database: WAL, ``synchronous`` F
 per commit) holding the same, interleaved round by round; before each call (untimed) the item
 the last call added is popped, so every call meets N items. Beside the time, the bytes each
 call sent to storage (``write_bytes`` of ``/proc/self/io``, whole pages) and passed to
-``write`` (``wchar``), per call. Two floors beside them, stdlib only, the same bytes:
-``floor_rename`` is what the format must do at least (the segment, then the document, each
-written to a new temp file, fsynced, renamed, its directory fsynced: four fsyncs), and
-``floor_append`` one append + fdatasync of the item to a file that exists (what a database log
-such as SQLite's WAL does).
+``write`` (``wchar``), per call. Since format 6 the popped-and-added item stays in the
+document's inline tail, so those calls write the document alone; ``fsdurable_growing`` is a
+session that only grows (nothing popped), whose calls include, amortised, the segment written
+each time the inline tail passes its bound (``Config.inline_tail_bytes``). Three floors beside
+them, stdlib only, the same bytes: ``floor_document`` is what the format must do at least (the
+document with the item, written to a new temp file, fsynced, renamed, its directory fsynced: two
+fsyncs), ``floor_rename`` what format 5 did (the segment, then the document, the same way: four
+fsyncs), and ``floor_append`` one append + fdatasync of the item to a file that exists (what a
+database log such as SQLite's WAL does).
 """
 
 from __future__ import annotations
@@ -145,7 +149,7 @@ def io_counters() -> dict[str, int]:
 
 
 def _floors(base: str, item: bytes, root: str, sid: str) -> dict[str, Any]:
-    """The two floors (module doc), with the sizes of fsdurable's own segment and document."""
+    """The three floors (module doc), with the sizes of fsdurable's own segment and document."""
     seg_dir, doc_dir = os.path.join(base, "floor", "history"), os.path.join(base, "floor", "s")
     os.makedirs(seg_dir)
     os.makedirs(doc_dir)
@@ -176,6 +180,9 @@ def _floors(base: str, item: bytes, root: str, sid: str) -> dict[str, Any]:
         put(seg_dir, f"{n[0]:012d}.json", segment)
         put(doc_dir, "c.json", doc)
 
+    def document_floor() -> None:
+        put(doc_dir, "d.json", doc + item)
+
     log_fd = os.open(os.path.join(base, "floor", "log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
                      0o600)
 
@@ -183,7 +190,8 @@ def _floors(base: str, item: bytes, root: str, sid: str) -> dict[str, Any]:
         os.write(log_fd, item + b"\n")
         os.fdatasync(log_fd)
 
-    return {"floor_rename": rename_floor, "floor_append": append_floor}
+    return {"floor_document": document_floor, "floor_rename": rename_floor,
+            "floor_append": append_floor}
 
 
 def add_items(quick: bool, work: str) -> dict[str, Any]:
@@ -211,6 +219,9 @@ def add_items(quick: bool, work: str) -> dict[str, Any]:
             for lo in range(0, n, 100):  # a history built as a chat builds it: in batches
                 loop.run_until_complete(sessions[name].add_items(
                     [_item(i) for i in range(lo, min(n, lo + 100))]))
+    sessions["fsdurable_growing"] = FileSession("growing", store)  # never popped (module doc)
+    loop.run_until_complete(sessions["fsdurable_growing"].add_items(
+        [_item(i) for i in range(sizes[-1])]))
     one = [_item(10**6)]
     state: dict[str, Any] = {"last": None, "at": io_counters(), "added": set()}
 
@@ -223,7 +234,7 @@ def add_items(quick: bool, work: str) -> dict[str, Any]:
 
     def setup(name: str) -> None:  # untimed: the last call's bytes, then back to N items
         account()
-        if name in state["added"] and name in sessions:
+        if name in state["added"] and name in sessions and name != "fsdurable_growing":
             loop.run_until_complete(sessions[name].pop_item())
         state["added"].add(name)
         state["at"], state["last"] = io_counters(), name
@@ -248,7 +259,9 @@ def add_items(quick: bool, work: str) -> dict[str, Any]:
               for n in sizes}
     ratios[f"fsdurable_{sizes[-1]}_vs_{sizes[0]}"] = ratio(res[f"fsdurable_{sizes[-1]}"],
                                                           res[f"fsdurable_{sizes[0]}"])
-    for who in ("floor_rename", "floor_append"):
+    ratios["fsdurable_growing_vs_sqlite_" + str(sizes[-1])] = ratio(
+        res["fsdurable_growing"], res[f"sqlite_{sizes[-1]}"])
+    for who in ("floor_document", "floor_rename", "floor_append"):
         ratios[f"fsdurable_{sizes[-1]}_vs_{who}"] = ratio(res[f"fsdurable_{sizes[-1]}"], res[who])
         ratios[f"{who}_vs_sqlite_{sizes[-1]}"] = ratio(res[who], res[f"sqlite_{sizes[-1]}"])
     for k, v in res.items():
@@ -275,12 +288,18 @@ def section(d: dict[str, Any]) -> str:
     a = d.get("add_items")
     if a:
         rows = []
-        for n in a["sizes"]:
-            for who, label in (("fsdurable", "`FileSession`"), ("sqlite", "`SQLiteSession`")):
-                k = f"{who}_{n}"
-                rows.append([f"{label} at {n:,} items", f"{a['results'][k]['median'] * 1e3:.2f} ms",
-                             f"{a['bytes_per_call'][k]['write_bytes'] / 1024:.1f} KiB",
-                             f"{a['bytes_per_call'][k]['wchar'] / 1024:.1f} KiB"])
+        labels = [(f"{who}_{n}", f"{label} at {n:,} items") for n in a["sizes"]
+                  for who, label in (("fsdurable", "`FileSession`"),
+                                     ("sqlite", "`SQLiteSession`"))]
+        labels += [(k, label) for k, label in (
+            ("fsdurable_growing", "`FileSession` growing (segments amortised)"),
+            ("floor_document", "floor: the document by rename (2 fsyncs)"),
+            ("floor_rename", "floor: segment + document by rename (4 fsyncs)"),
+            ("floor_append", "floor: one append + fdatasync")) if k in a["results"]]
+        for k, label in labels:
+            b = a["bytes_per_call"].get(k, {"write_bytes": 0.0, "wchar": 0.0})
+            rows.append([label, f"{a['results'][k]['median'] * 1e3:.2f} ms",
+                         f"{b['write_bytes'] / 1024:.1f} KiB", f"{b['wchar'] / 1024:.1f} KiB"])
         out += (f"\n\n`add_items` of one {a['item_bytes']}-byte item, interleaved, each call "
                 "meeting the same N items:\n\n" + table(
                     ["session", "add_items (median)", "to storage per call (write_bytes)",

@@ -105,6 +105,18 @@ def _session_4_to_5(d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
+@migration("session", 5)
+def _session_5_to_6(d: dict[str, Any]) -> dict[str, Any]:
+    """Session v6 may keep a chain's newest values inline in the document (``inline``, after
+    the chain's head, storage.md). A v5 document keeps none, and is a v6 document as it is; the
+    bump is for the other direction: a fsdurable that knows no inline tail would read a v6
+    document as a shorter history, and its next commit would drop the tail — it meets v6 as
+    "needs a newer fsdurable" and never writes it."""
+    d = dict(d)
+    d["format"] = "fsdurable.session/6"
+    return d
+
+
 # ---------------------------------------------------------------- session (cattrs + orjson)
 
 _converter: Any = None
@@ -221,9 +233,12 @@ def lane_refs(s: Session) -> dict[str, HistoryRef]:
 
 
 def session_to_dict(s: Session, ref: HistoryRef | bool | None = True,
-                    lanes: dict[str, HistoryRef] | None = None) -> dict[str, Any]:
-    """The document's fields (format 5); ``ref``: the history it names (default: ``s``'s);
-    ``lanes``: the lanes' chains it names (default: ``s``'s; the key left out when none)."""
+                    lanes: dict[str, HistoryRef] | None = None, *,
+                    fragments: bool = False) -> dict[str, Any]:
+    """The document's fields (format 6); ``ref``: the history it names (default: ``s``'s);
+    ``lanes``: the lanes' chains it names (default: ``s``'s; the key left out when none);
+    ``fragments``: the inline tails as their bytes (``orjson.Fragment``: the encoder's), else
+    as parsed JSON values."""
     if ref is True:
         ref = history_ref(s)
     if lanes is None:
@@ -232,25 +247,27 @@ def session_to_dict(s: Session, ref: HistoryRef | bool | None = True,
     d.update(_conv().unstructure(attrs.evolve(s, messages=(), lanes={})))
     del d["messages"], d["lanes"]
     summary, metadata = d.pop("summary"), d.pop("metadata")
-    d["history"] = ref.to_dict() if isinstance(ref, HistoryRef) else None
+    d["history"] = ref.to_dict(fragments) if isinstance(ref, HistoryRef) else None
     if lanes:
-        d["lanes"] = {k: lanes[k].to_dict() for k in sorted(lanes)}
+        d["lanes"] = {k: lanes[k].to_dict(fragments) for k in sorted(lanes)}
     d["summary"], d["metadata"] = summary, metadata
     return d
 
 
 def encode_session(s: Session, ref: HistoryRef | bool | None = True,
                    lanes: dict[str, HistoryRef] | None = None) -> bytes:
-    """The session document's bytes (format 5): every field but the messages, which live in
-    the segments ``ref`` names (default: the stored history ``s`` carries). Small whatever the
-    length of the conversation: a commit rewrites this, not the transcript."""
+    """The session document's bytes (format 6): every field but the messages, which live in
+    the segments ``ref`` names and its bounded inline tail (default: the stored history ``s``
+    carries). Small whatever the length of the conversation: a commit rewrites this, not the
+    transcript."""
     import orjson
 
     _check_finite(s.metadata, s.id, "metadata")
     if s.turn is not None and s.turn.ledger:
         _check_finite([e.arguments for e in s.turn.ledger], s.id, "the ledger's arguments")
     try:
-        return orjson.dumps(session_to_dict(s, ref, lanes), option=orjson.OPT_APPEND_NEWLINE)
+        return orjson.dumps(session_to_dict(s, ref, lanes, fragments=True),
+                            option=orjson.OPT_APPEND_NEWLINE)
     except TypeError as e:  # orjson: not serialisable, over 64 bits, nested over 255 levels
         raise InvalidState(f"session {s.id} is not JSON-serialisable: {e}", session_id=s.id,
                            reason="not_json") from e

@@ -64,9 +64,11 @@ def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
                   owner: str | None = None, base_commit_id: str | None = None) -> Session:
     """THE commit: every change to a session file goes through here, under its commit lock.
 
-    0. (after 1) the messages not stored yet, as one write-once segment of ``history/<id>/``
-       (``plan_history``, ``write_segment``), and so each lane's values (``plan_lanes``),
-       durable before the document names them;
+    0. (after 1) the messages not stored yet, kept in the document's inline tail while it
+       stays within ``Config.inline_tail_bytes``/``inline_tail_values``, else written with it
+       as one write-once segment of ``history/<id>/`` (``plan_history``, ``appended``,
+       ``write_segment``), and so each lane's values (``plan_lanes``), durable before the
+       document names them;
     1. compare-and-swap on the commit's identity: the file on disk must be the commit
        ``new`` was derived from — version ``base`` (0 = absent) and commit id
        ``base_commit_id`` (default ``new.commit_id``) — else ConflictError: a file a sync
@@ -170,11 +172,12 @@ def plan_history(ctx: Context, sid: str, s: Session
     """(the chain the new document names, (name, bytes) of the segment to write first or None).
 
     A ``History`` of this session keeps its chain: its tail (the messages appended since it was
-    read) is the new segment. A plain sequence is compared with the chain of the document on
-    disk (the commit it was derived from): that chain a prefix of it, the rest is new; it a
-    suffix of that chain (a compaction keeping the last messages), ``start`` moves forward and
-    nothing is written; anything else is appended whole and ``start`` moves past what it
-    replaced (the old messages stay in the chain as archive: never lost silently)."""
+    read) is what is new (``appended``: inline, or a segment). A plain sequence is compared
+    with the chain of the document on disk (the commit it was derived from): that chain a
+    prefix of it, the rest is new; it a suffix of that chain (a compaction keeping the last
+    messages), ``start`` moves forward and nothing is written; anything else is appended whole
+    and ``start`` moves past what it replaced (the old messages stay in the chain as archive:
+    never lost silently)."""
     import operator
 
     from ._history import Chain, History
@@ -225,24 +228,40 @@ def plan_lanes(ctx: Context, sid: str, s: Session
             tail = tuple(values)
         if tail:
             base, seg = appended(ctx, sid, s, base, tail, lane)
-            segments.append(seg)
+            if seg is not None:
+                segments.append(seg)
         if base is not None:
             chains[lane] = base
     return chains, segments
 
 
 def appended(ctx: Context, sid: str, s: Session, base: Chain | None, tail: tuple[Any, ...],
-             lane: str | None = None) -> tuple[Chain, tuple[str, bytes]]:
-    """(the chain ``base`` + ``tail``, (name, bytes) of the segment holding ``tail``)."""
-    from ._history import Chain, HistoryRef, encode_segment
+             lane: str | None = None) -> tuple[Chain, tuple[str, bytes] | None]:
+    """(the chain ``base`` + ``tail``, (name, bytes) of the segment to write first or None).
 
-    first = base.ref.count if base is not None else 0
+    ``tail`` joins the chain's inline tail in the document (format 6) while that stays within
+    ``Config.inline_tail_bytes`` and ``inline_tail_values``; past the bound, the inline tail and
+    ``tail`` are written as one segment after the chain's head and the document names it with
+    no inline tail (storage.md, "The inline tail")."""
+    from ._history import Chain, HistoryRef, encode_segment, encode_values, inline_size
+
+    count = base.ref.count if base is not None else 0
+    old = base.ref.inline if base is not None else ()
+    inline = old + encode_values(sid, count, tail, lane)
+    start = base.ref.start if base is not None else 0
+    cfg = ctx.config
+    if len(inline) <= cfg.inline_tail_values and inline_size(inline) <= cfg.inline_tail_bytes:
+        ref = HistoryRef(count=count + len(tail), head=base.ref.head if base else None,
+                         sha256=base.ref.sha256 if base else None, start=start, inline=inline)
+        return (base.derived(ref, tail) if base is not None else
+                Chain.started(sid, ctx.layout.history_dir(sid), ref, tail,
+                              ctx.config.max_file_bytes, lane)), None
+    first = count - len(old)
     name, sha, data = encode_segment(sid, first, base.ref if base is not None else None,
                                      (s.turn.node_id if s.turn is not None else None)
-                                     or ctx.node(), tail, lane)
-    ref = HistoryRef(count=first + len(tail), head=name, sha256=sha,
-                     start=base.ref.start if base is not None else 0)
-    chain = (base.derived(ref, tail) if base is not None else
+                                     or ctx.node(), (), lane, encoded=inline)
+    ref = HistoryRef(count=count + len(tail), head=name, sha256=sha, start=start)
+    chain = (base.derived(ref, tail, segment=True) if base is not None else
              Chain.started(sid, ctx.layout.history_dir(sid), ref, tail,
                            ctx.config.max_file_bytes, lane))
     return chain, (name, data)

@@ -88,6 +88,20 @@ class Config(Record):
     # Longer only keeps a crash's leftovers on disk a little longer.
     segment_grace: float = HOUR
 
+    # Default 4 KiB (about a page): a chain's newest values (the messages, each lane) are kept
+    # inline in the session document up to this many bytes of JSON (docs/storage.md, "The inline
+    # tail"), then written as one segment. Without it every commit that adds a message writes a
+    # new file (four fsyncs where the document alone costs two, one file per message for a sync
+    # tool to list); without a bound the document would grow with the history and every commit
+    # would cost the history again. Larger means fewer segments and fsyncs but more bytes
+    # rewritten per commit (16 KiB: a chat of 2 KB messages writes 1.4x the bytes; storage.md
+    # has the figures). 0: every value goes to a segment (format 5's cost).
+    inline_tail_bytes: int = 4 * 1024
+
+    # Default 256: the same bound in values, so a document of many tiny values never makes a
+    # `load` (which parses the inline tail's JSON with the document) cost more than that many.
+    inline_tail_values: int = 256
+
     # Tools refused in an unattended run (every recovered turn is unattended): a destructive call
     # resumed with nobody present cannot be undone. Hosts extend this with their own names.
     unattended_deny: frozenset[str] = frozenset(
@@ -100,6 +114,9 @@ class Config(Record):
             raise ValueError(f"stale_after must be > 0, got {self.stale_after!r}")
         if self.event_retention <= 0:
             raise ValueError(f"event_retention must be > 0, got {self.event_retention!r}")
+        if self.inline_tail_bytes < 0 or self.inline_tail_values < 0:
+            raise ValueError("inline_tail_bytes and inline_tail_values must be >= 0, got "
+                             f"{self.inline_tail_bytes!r}, {self.inline_tail_values!r}")
         if self.max_resume_attempts < 1:
             raise ValueError(f"max_resume_attempts must be >= 1, got {self.max_resume_attempts!r}")
 

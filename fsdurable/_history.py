@@ -9,6 +9,9 @@ first, each one verified. A **lane** is another chain of the same session, of an
 values (its segments ``<lane>-<first>-<digest>.json``): the same code reads, writes and judges it.
 A chain's end may be cut by its document's ``count`` (or the next segment's ``first``) inside a
 segment: the values past the cut are not in the chain (``pop_item``, a trim; storage.md).
+From format 6 a chain's newest values may be in no segment yet: the document carries them
+inline after its head (``HistoryRef.inline``, each value's JSON bytes), up to a bound; the commit
+writes them as one segment when it is passed (``_commit.appended``).
 """
 
 from __future__ import annotations
@@ -40,18 +43,39 @@ _T = TypeVar("_T")
 
 @attrs.frozen
 class HistoryRef:
-    """What a session document says of its history: ``count`` messages in the chain whose newest
-    segment is ``head`` (SHA-256 ``sha256``); the session's messages are ``start .. count - 1``
-    (a compaction summary replaces the ``start`` before them)."""
+    """What a session document says of its history: ``count`` messages in the chain, the newest
+    ``len(inline)`` of them in the document itself (``inline``: each one's JSON bytes, format 6)
+    and the ones before in the segments whose newest is ``head`` (SHA-256 ``sha256``; both None
+    when there is none yet). The session's messages are ``start .. count - 1`` (a compaction
+    summary replaces the ``start`` before them)."""
 
     count: int
-    head: str
-    sha256: str
+    head: str | None
+    sha256: str | None
     start: int = 0
+    inline: tuple[bytes, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"count": self.count, "start": self.start, "head": self.head,
-                "sha256": self.sha256}
+    @property
+    def segmented(self) -> int:
+        """How many values of the chain are in segments (the rest is inline)."""
+        return self.count - len(self.inline)
+
+    def to_dict(self, fragments: bool = False) -> dict[str, Any]:
+        """The document's entry; ``fragments``: the inline values as ``orjson.Fragment`` (the
+        encoder's: their bytes as they are), else as parsed JSON values."""
+        import orjson
+
+        d: dict[str, Any] = {"count": self.count, "start": self.start, "head": self.head,
+                             "sha256": self.sha256}
+        if self.inline:
+            d["inline"] = [orjson.Fragment(b) if fragments else orjson.loads(b)
+                           for b in self.inline]
+        return d
+
+
+def inline_size(inline: Sequence[bytes]) -> int:
+    """The bytes an inline tail takes in its document (the values and the commas between)."""
+    return sum(map(len, inline)) + max(0, len(inline) - 1) + 2
 
 
 def segment_name(first: int, sha: str, lane: str | None = None) -> str:
@@ -76,43 +100,80 @@ def ref_from_dict(d: object, *, path: str | None, lane: str | None = None) -> Hi
     # each field's type and range (what the schema says); how they relate — start within the
     # chain, the head's name carrying its digest — is judged when the history is read
     # (HistoryUnavailable), never by a read of the document alone
+    # (format 6) the inline tail: a list of values, at most count of them; head and sha256
+    # both null when every value is inline (a null head with fewer values inline than count is
+    # a chain that ends short: history_short when read)
+    raw = d.get("inline")
     if (not isinstance(count, int) or isinstance(count, bool) or not 0 < count < _INT63
             or not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < _INT63
-            or not isinstance(head, str) or NAME_RE.fullmatch(head) is None
-            or lane_of(head) != lane or not isinstance(sha, str) or _SHA_RE.fullmatch(sha) is None):
+            or not isinstance(raw, (list, type(None))) or len(raw or ()) > count
+            or (head is None) != (sha is None)
+            or (head is not None and (
+                not isinstance(head, str) or NAME_RE.fullmatch(head) is None
+                or lane_of(head) != lane or not isinstance(sha, str)
+                or _SHA_RE.fullmatch(sha) is None))):
         raise UnreadableState(f"history out of shape: {d!r}"[:300], path=path,
                               reason="wrong_value")
-    return HistoryRef(count=count, head=head, sha256=sha, start=start)
+    inline: tuple[bytes, ...] = ()
+    if raw:
+        import orjson
+
+        try:
+            inline = tuple(orjson.dumps(v) for v in raw)
+        except TypeError as e:  # an integer past 64 bits (a strict re-read keeps it)
+            raise UnreadableState(f"history's inline values out of range: {e}"[:300],
+                                  path=path, reason="wrong_value") from e
+    return HistoryRef(count=count, head=head, sha256=sha, start=start, inline=inline)
 
 
-def encode_segment(sid: str, first: int, prev: HistoryRef | None, node: str,
-                   messages: Sequence[Any], lane: str | None = None) -> tuple[str, str, bytes]:
-    """(name, SHA-256, bytes) of the segment holding ``messages`` (lane ``lane``: JSON values)
-    as indexes ``first`` .. of session ``sid``'s chain, after ``prev``."""
+def encode_values(sid: str, first: int, values: Sequence[Any], lane: str | None = None
+                  ) -> tuple[bytes, ...]:
+    """Each value's JSON bytes, as a segment or an inline tail holds it: a ``Message`` (lane
+    None) unstructured, a lane's JSON value as it is; InvalidState if one holds a NaN or an
+    infinity (it would come back as null) or is not JSON. ``first``: the index of the first
+    (for the message of a finding)."""
     import orjson
 
     from ._codec import _check_finite, _conv
 
-    body: dict[str, Any] = {"format": SEGMENT_FORMAT, "session_id": sid}
     if lane is None:
         unstructure = _conv().unstructure
-        for i, m in enumerate(messages):
+        for i, m in enumerate(values):
             if m.tool_calls:
                 _check_finite([c.arguments for c in m.tool_calls], sid,
                               f"message {first + i}'s tool call arguments")
-        values: list[Any] = [unstructure(m) for m in messages]
+        raw: list[Any] = [unstructure(m) for m in values]
     else:
-        _check_finite(list(messages), sid, f"lane {lane}'s items")
-        body["lane"], values = lane, list(messages)
-    body.update({"first": first, "node_id": node,
-                 "prev": prev.head if prev is not None else None,
-                 "prev_sha256": prev.sha256 if prev is not None else None,
-                 "items" if lane is not None else "messages": values})
+        _check_finite(list(values), sid, f"lane {lane}'s items")
+        raw = list(values)
     try:
-        data = orjson.dumps(body, option=orjson.OPT_APPEND_NEWLINE)
+        return tuple(orjson.dumps(v) for v in raw)
     except TypeError as e:
         raise InvalidState(f"session {sid}'s messages are not JSON-serialisable: {e}",
                            session_id=sid, reason="not_json") from e
+
+
+def encode_segment(sid: str, first: int, prev: HistoryRef | None, node: str,
+                   messages: Sequence[Any], lane: str | None = None, *,
+                   encoded: Sequence[bytes] | None = None) -> tuple[str, str, bytes]:
+    """(name, SHA-256, bytes) of the segment holding ``messages`` (lane ``lane``: JSON values;
+    or ``encoded``, their bytes from ``encode_values``) as indexes ``first`` .. of session
+    ``sid``'s chain, after the segment ``prev`` names (None, or a ref without a head: the
+    first segment)."""
+    import orjson
+
+    if encoded is None:
+        encoded = encode_values(sid, first, messages, lane)
+
+    body: dict[str, Any] = {"format": SEGMENT_FORMAT, "session_id": sid}
+    if lane is not None:
+        body["lane"] = lane
+    head = prev.head if prev is not None else None
+    body.update({"first": first, "node_id": node, "prev": head,
+                 "prev_sha256": prev.sha256 if prev is not None and head is not None else None,
+                 "items" if lane is not None else "messages":
+                     [orjson.Fragment(b) for b in encoded]})
+    data = orjson.dumps(body, option=orjson.OPT_APPEND_NEWLINE)
     sha = hashlib.sha256(data).hexdigest()
     return segment_name(first, sha, lane), sha, data
 
@@ -166,11 +227,12 @@ def parse_segment(data: bytes, *, path: str, sid: str, sha: str, lane: str | Non
 
 
 class Chain:
-    """The stored segments of one chain (the messages, or lane ``lane``), read lazily from the
-    newest backwards, shared by every ``History`` derived from it. Thread-safe."""
+    """The stored values of one chain (the messages, or lane ``lane``): its inline tail (the
+    document's, format 6) and its segments, read lazily from the newest backwards, shared by
+    every ``History`` derived from it. Thread-safe."""
 
-    __slots__ = ("__weakref__", "_firsts", "_low", "_mu", "_names", "_next", "_segs", "_shas",
-                 "dir", "lane", "max_bytes", "ref", "sid")
+    __slots__ = ("__weakref__", "_firsts", "_inl", "_low", "_mu", "_names", "_next", "_segs",
+                 "_shas", "dir", "lane", "max_bytes", "ref", "sid")
 
     def __init__(self, sid: str, directory: str | None, ref: HistoryRef,
                  max_bytes: int = DEFAULT_MAX_BYTES, lane: str | None = None) -> None:
@@ -181,45 +243,85 @@ class Chain:
         self._firsts: list[int] = []  # the first index of each
         self._names: list[str] = []  # the file name of each
         self._shas: list[str] = []  # the SHA-256 of each
-        self._low = ref.count  # the lowest index read so far
-        self._next: tuple[str, str] | None = (ref.head, ref.sha256)
+        self._low = ref.segmented  # the lowest index read so far (the inline tail is held)
+        self._next: tuple[str, str] | None = (
+            (ref.head, ref.sha256) if ref.head is not None and ref.sha256 is not None else None)
+        self._inl: tuple[Any, ...] | None = None if ref.inline else ()  # decoded inline values
 
     def _like(self, ref: HistoryRef) -> Chain:
         return Chain(self.sid, self.dir, ref, self.max_bytes, self.lane)
 
-    def derived(self, ref: HistoryRef, tail: tuple[Any, ...] = ()) -> Chain:
-        """The chain ``ref`` names: this one with ``tail`` stored after it as segment
-        ``ref.head`` (or, no tail, this one with another ``start``), sharing what was read."""
-        new = self._like(ref)
+    def _copy_segments(self, new: Chain) -> None:
         with self._mu:
             new._segs, new._firsts, new._names, new._shas = list(self._segs), \
                 list(self._firsts), list(self._names), list(self._shas)
             new._low, new._next = self._low, self._next
-        if tail:  # the segment just written is the newest one read
-            new._segs.insert(0, tail)
-            new._firsts.insert(0, self.ref.count)
+
+    def derived(self, ref: HistoryRef, tail: tuple[Any, ...] = (), *,
+                segment: bool = False) -> Chain:
+        """The chain ``ref`` names, sharing what was read of this one: this one with ``tail``
+        appended — stored inline (``ref.inline`` is this one's and ``tail``'s), or, ``segment``,
+        with this one's inline tail and ``tail`` written as segment ``ref.head`` — or (no tail)
+        this one with another ``start``."""
+        new = self._like(ref)
+        self._copy_segments(new)
+        if segment:  # the segment just written is the newest one read
+            values = self.inline_values() + tail
+            new._segs.insert(0, values)
+            new._firsts.insert(0, ref.count - len(values))
+            assert ref.head is not None and ref.sha256 is not None
             new._names.insert(0, ref.head)
-            new._shas.insert(0, ref.sha256)
+            new._shas.insert(0, ref.sha256)  # (what was read below it, and what is next,
+            # stay: it begins where this one's segments end)
+        elif self._inl is not None and len(ref.inline) == len(self.ref.inline) + len(tail):
+            new._inl = self._inl + tail
         return new
 
     @classmethod
     def started(cls, sid: str, directory: str | None, ref: HistoryRef,
                 tail: tuple[Any, ...], max_bytes: int = DEFAULT_MAX_BYTES,
                 lane: str | None = None) -> Chain:
-        """The chain whose one segment ``ref.head`` holds ``tail`` (just written)."""
+        """The new chain ``ref`` names, holding ``tail`` (just stored: inline, or written as its
+        one segment ``ref.head``)."""
         new = cls(sid, directory, ref, max_bytes, lane)
-        new._segs, new._firsts, new._names, new._shas = [tail], [0], [ref.head], [ref.sha256]
-        new._low, new._next = 0, None
+        if ref.inline:
+            new._inl = tail
+        else:
+            assert ref.head is not None and ref.sha256 is not None
+            new._segs, new._firsts, new._names, new._shas = [tail], [0], [ref.head], \
+                [ref.sha256]
+            new._low, new._next = 0, None
         return new
+
+    def inline_values(self) -> tuple[Any, ...]:
+        """The values of the inline tail, decoded on first use (a message structured)."""
+        with self._mu:
+            if self._inl is None:
+                self._inl = decode_values(self.ref.inline, sid=self.sid, lane=self.lane,
+                                          first=self.ref.segmented)
+            return self._inl
 
     def truncated(self, count: int) -> Chain | None:
         """This chain cut after its first ``count`` values (None: nothing left), writing
-        nothing: the new document names the segment that holds value ``count - 1`` with
-        ``count`` (storage.md, "Cutting the end of a chain"). Reads the segments cut away."""
+        nothing: the inline tail shortened, or (a cut below it) the new document names the
+        segment that holds value ``count - 1`` with ``count`` (storage.md, "Cutting the end of
+        a chain"). Reads the segments cut away."""
         if count >= self.ref.count:
             return self
         if count <= 0:
             return None
+        seg = self.ref.segmented
+        if count > seg:  # within the inline tail
+            import attrs
+
+            new = self._like(attrs.evolve(self.ref, count=count,
+                                          inline=self.ref.inline[: count - seg],
+                                          start=min(self.ref.start, count)))
+            self._copy_segments(new)
+            with self._mu:
+                if self._inl is not None:
+                    new._inl = self._inl[: count - seg]
+            return new
         self.read_down_to(count - 1)
         with self._mu:
             k = next(i for i, f in enumerate(self._firsts) if f <= count - 1)
@@ -233,12 +335,15 @@ class Chain:
             new._low, new._next = self._low, self._next
         return new
 
-    def read_down_to(self, index: int) -> None:
-        """Read segments until index ``index`` (absolute, in the chain) is held."""
+    def _check_start(self) -> None:
         if self.ref.start > self.ref.count:  # a summary naming a range that is not there
             raise HistoryUnavailable(
                 f"session {self.sid}: its summary replaces {self.ref.start} messages of a "
                 f"history of {self.ref.count}", session_id=self.sid, reason="history_short")
+
+    def read_down_to(self, index: int) -> None:
+        """Read segments until index ``index`` (absolute, in the chain) is held."""
+        self._check_start()
         with self._mu:
             while self._low > index:
                 self._read_one()
@@ -267,8 +372,8 @@ class Chain:
         first, prev, prev_sha, msgs = parse_segment(data, path=path, sid=self.sid, sha=sha,
                                                     lane=self.lane)
         m = NAME_RE.fullmatch(name)
-        # it must hold the value before the cut (its successor's first, or the document's
-        # count); what it holds past the cut is not in the chain
+        # it must hold the value before the cut (its successor's first, the inline tail's, or
+        # the document's count); what it holds past the cut is not in the chain
         if (m is None or m.group(1) != self.lane or m.group(3) != sha[:16]
                 or int(m.group(2)) != first or not first < self._low <= first + len(msgs)):
             raise HistoryUnavailable(f"{path}: holds values {first}..{first + len(msgs)}, "
@@ -283,25 +388,54 @@ class Chain:
 
     def at(self, index: int) -> Any:
         """Value ``index`` (absolute, in the chain), reading segments as needed."""
+        seg = self.ref.segmented
+        if index >= seg:
+            self._check_start()
+            return self.inline_values()[index - seg]
         self.read_down_to(index)
         with self._mu:
-            for first, seg in zip(self._firsts, self._segs, strict=True):  # newest first
+            for first, part in zip(self._firsts, self._segs, strict=True):  # newest first
                 if index >= first:
-                    return seg[index - first]
+                    return part[index - first]
         raise IndexError(index)  # not reached: read_down_to held it
 
     def messages(self, lo: int) -> tuple[Any, ...]:
         """Values ``lo`` .. ``count - 1`` of the chain (read as needed)."""
+        seg = self.ref.segmented
+        self._check_start()
+        inl = self.inline_values()
+        if lo >= seg:
+            return inl[lo - seg:]
         self.read_down_to(lo)
         with self._mu:
-            out = [m for seg in reversed(self._segs) for m in seg]
-            return tuple(out[lo - self._low:])
+            out = [m for part in reversed(self._segs) for m in part]
+            return tuple(out[lo - self._low:]) + inl
 
     def segment_names(self) -> list[str]:
         """Every segment name of the chain, newest first (reads the whole chain)."""
         self.read_down_to(0)
         with self._mu:
             return list(self._names)
+
+
+def decode_values(encoded: Sequence[bytes], *, sid: str, lane: str | None, first: int
+                  ) -> tuple[Any, ...]:
+    """The values of an inline tail (each one's JSON bytes): a message structured (lane None),
+    a lane's value as it is; HistoryUnavailable (``history_corrupt``) if one is out of shape."""
+    import orjson
+
+    from ._codec import _conv
+
+    try:
+        raw = [orjson.loads(b) for b in encoded]
+        if lane is not None:
+            return tuple(raw)
+        conv = _conv()
+        return tuple(conv.structure(x, Message) for x in raw)
+    except (ValueError, TypeError, KeyError) as e:
+        raise HistoryUnavailable(f"session {sid}: the inline values from {first} are not its "
+                                 f"chain's: {e!r}"[:400], session_id=sid,
+                                 reason="history_corrupt") from e
 
 
 class History(Sequence[_T]):
@@ -426,4 +560,5 @@ def extend(seq: Sequence[_T], more: Sequence[_T]) -> Sequence[_T]:
 
 
 __all__ = ["DEFAULT_MAX_BYTES", "LANE_RE", "NAME_RE", "Chain", "History", "HistoryRef",
-           "encode_segment", "extend", "lane_of", "parse_segment", "ref_from_dict", "segment_name"]
+           "decode_values", "encode_segment", "encode_values", "extend", "inline_size", "lane_of",
+           "parse_segment", "ref_from_dict", "segment_name"]

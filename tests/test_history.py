@@ -31,8 +31,13 @@ class Clock:
         return self.now
 
 
-def _store(root: Path, clock: Clock | None = None, node: str = "node-test") -> fsdurable.Store:
-    return fsdurable.Store(root, node_id=node, clock=clock or Clock())
+def _store(root: Path, clock: Clock | None = None, node: str = "node-test",
+           inline: int = 0) -> fsdurable.Store:
+    """A store whose messages go to segments at every commit (``inline``: the inline tail's
+    bound, 0 by default here: these tests are of the segments; test_inline_tail.py has the
+    inline tail's)."""
+    return fsdurable.Store(root, node_id=node, clock=clock or Clock(),
+                           config=Config(inline_tail_bytes=inline))
 
 
 def _chat(store: fsdurable.Store, sid: str, turns: int, size: int = 200) -> fsdurable.Session:
@@ -252,7 +257,7 @@ def test_format_3_migrates_through_the_repair_gate_with_an_event(root: Path) -> 
     assert path.read_bytes() == json.dumps(doc).encode()
     assert _repair.repair_session(store, "old").action == "migrated"
     raw = json.loads(path.read_bytes())
-    assert raw["format"] == "fsdurable.session/5" and "messages" not in raw
+    assert raw["format"] == "fsdurable.session/6" and "messages" not in raw
     [seg] = _segments(root, "old")
     assert raw["history"]["head"] == seg.name
     assert [m.content for m in _store(root).load("old").messages] == ["hi", "hello"]

@@ -37,8 +37,12 @@ class Clock:
         return self.now
 
 
-def _store(root: Path, clock: Clock | None = None) -> fsdurable.Store:
-    return fsdurable.Store(root, node_id="node-test", clock=clock or Clock())
+def _store(root: Path, clock: Clock | None = None, inline: int = 0) -> fsdurable.Store:
+    """A store whose lanes go to segments at every commit (``inline``: the inline tail's bound,
+    0 by default here: these tests are of the segments; the inline tail's are below and in
+    test_inline_tail.py)."""
+    return fsdurable.Store(root, node_id="node-test", clock=clock or Clock(),
+                           config=Config(inline_tail_bytes=inline))
 
 
 def item(i: int, size: int = 200) -> dict[str, Any]:
@@ -69,24 +73,54 @@ def written(ops: list[tuple[str, tuple[Any, ...]]]) -> int:
     return sum(len(a[1]) for op, a in ops if op in ("write", "append"))
 
 
+def fsyncs(ops: list[tuple[str, tuple[Any, ...]]]) -> int:
+    return sum(1 for op, _ in ops if op in ("fsync", "fsync_dir"))
+
+
+def files(ops: list[tuple[str, tuple[Any, ...]]]) -> list[str]:
+    """The files a commit put in place (renamed to their names)."""
+    return [a[1] for op, a in ops if op in ("rename", "link")]
+
+
 def test_add_items_writes_the_new_items_and_the_document_whatever_came_before(
         root: Path) -> None:
     """Before lanes the whole list was re-encoded and rewritten: at 1,000 items one more item
-    wrote ~200 KB; now it writes the same at 10 items as at 1,000."""
-    store = _store(root)
+    wrote ~200 KB. Format 5 wrote a segment and the document (two files, four fsyncs); format
+    6 writes the document alone, the item in its inline tail, until the tail passes the bound
+    (one file, two fsyncs), the same at 10 items as at 1,000; then one segment with the tail."""
+    store = fsdurable.Store(root, node_id="node-test", clock=Clock())  # the default bound
+    bound = Config().inline_tail_bytes
+    one = len(json.dumps(item(0), separators=(",", ":")))
     cost = {}
     for sid, n in (("small", 10), ("big", 1000)):
         fs = FileSession(sid, store)
         for lo in range(0, n, 100):
             run(fs.add_items([item(i) for i in range(lo, min(n, lo + 100))]))
-        with io_log() as ops:
-            run(fs.add_items([item(n)]))
-        cost[sid] = written(ops)
-        assert sum(1 for op, a in ops if op == "write" and "history" in a[0]) == 1
-        assert len(run(fs.get_items())) == n + 1
-    one = len(json.dumps(item(0)))
-    assert cost["big"] < 4 * one + 2000, cost  # the item, a segment header, the document
-    assert abs(cost["big"] - cost["small"]) < 64, cost  # only the numbers in names differ
+        path = root / "sessions" / f"{sid}.json"
+        small, flushes = [], 0
+        for k in range(2 * (bound // one) + 2):
+            tail = json.loads(path.read_bytes())["lanes"][KEY].get("inline", [])
+            size = len(json.dumps([*tail, item(n + k)], separators=(",", ":")))
+            with io_log() as ops:
+                run(fs.add_items([item(n + k)]))
+            doc = json.loads(path.read_bytes())["lanes"][KEY]
+            if size <= bound:  # one file (the document), two fsyncs (it and sessions/)
+                assert files(ops) == [str(path)] and fsyncs(ops) == 2, (k, ops)
+                assert doc["inline"][-1]["n"] == n + k and len(doc["inline"]) == len(tail) + 1
+                small.append(written(ops))
+            else:  # past the bound: the tail and the item as one segment, then the document
+                made = sum(1 for op, _ in ops if op == "mkdir")  # the session's first one
+                assert fsyncs(ops) == 4 + made and len(files(ops)) == 2, (k, ops)
+                assert "history" in files(ops)[0] and files(ops)[1] == str(path)
+                assert "inline" not in doc and written(ops) < bound + 2 * one + 2000
+                flushes += 1
+            assert doc["count"] == n + k + 1
+        assert flushes == 2, flushes  # the bound passed twice in these calls, not more
+        cost[sid] = min(small)  # a call after a flush: the document and one item inline
+        assert max(small) < bound + 2000, small  # the document never grows past the bound
+        assert [x["n"] for x in run(fs.get_items())] == list(range(n + k + 1))
+    assert cost["big"] < one + 2000, cost  # the document and its inline tail
+    assert abs(cost["big"] - cost["small"]) < 64, cost  # only the numbers differ
 
 
 def test_get_items_reads_only_the_segments_it_needs(root: Path) -> None:
@@ -282,8 +316,8 @@ def test_format_5_for_lanes_a_format_4_document_is_migrated_by_the_gate(tmp_path
     st.create("c1")
     st.patch("c1", lambda s: s)
     path = tmp_path / "s" / "sessions" / "c1.json"
-    assert json.loads(path.read_bytes())["format"] == "fsdurable.session/5"
-    old = path.read_bytes().replace(b"fsdurable.session/5", b"fsdurable.session/4")
+    assert json.loads(path.read_bytes())["format"] == "fsdurable.session/6"
+    old = path.read_bytes().replace(b"fsdurable.session/6", b"fsdurable.session/4")
     path.write_bytes(old)
     s, migrated = parse_session(old, path=str(path))
     assert migrated and s.id == "c1"
@@ -291,7 +325,7 @@ def test_format_5_for_lanes_a_format_4_document_is_migrated_by_the_gate(tmp_path
     assert path.read_bytes() == old
     act = _repair.migrate_session(st, "c1")
     assert act.acted
-    assert json.loads(path.read_bytes())["format"] == "fsdurable.session/5"
+    assert json.loads(path.read_bytes())["format"] == "fsdurable.session/6"
     assert [e.code for e in st.events("c1")][-1] == "session_migrated"
     with pytest.raises(fsdurable.UnreadableState) as e:  # what a format-4 fsdurable would say
         import fsdurable._recordcodec as rc

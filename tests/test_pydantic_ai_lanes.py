@@ -39,8 +39,10 @@ class Clock:
         return self.now
 
 
-def _store(root: Path) -> fsdurable.Store:
-    return fsdurable.Store(root, node_id="node-test", clock=Clock())
+def _store(root: Path, inline: int | None = None) -> fsdurable.Store:
+    """``inline``: the inline tail's bound (0: every new message to a segment)."""
+    config = fsdurable.Config() if inline is None else fsdurable.Config(inline_tail_bytes=inline)
+    return fsdurable.Store(root, node_id="node-test", clock=Clock(), config=config)
 
 
 @contextmanager
@@ -67,8 +69,9 @@ def lane_files(root: Path, sid: str) -> list[Path]:
 
 def test_a_checkpoint_appends_the_new_messages_never_the_conversation(root: Path) -> None:
     """Before lanes every checkpoint re-encoded and rewrote the whole history in the
-    document: at 200 messages one more wrote ~70 KB; now it writes the same at 2 as at 200."""
-    store = _store(root)
+    document: at 200 messages one more wrote ~70 KB; now it writes the same at 2 as at 200
+    (here with no inline tail: each checkpoint's new messages in a segment)."""
+    store = _store(root, inline=0)
     store.create("r", source="pydantic-ai")
     msgs = conversation(203)
     cost = {}
@@ -89,6 +92,34 @@ def test_a_checkpoint_appends_the_new_messages_never_the_conversation(root: Path
     assert_valid("session", (root / "sessions" / "r.json").read_bytes())
     assert "messages" not in json.loads((root / "sessions" / "r.json").read_bytes())[
         "metadata"].get(hist.KEY, {})
+
+
+def test_checkpoints_write_the_document_alone_until_the_inline_tail_passes_its_bound(
+        root: Path) -> None:
+    """Format 6: a step's new message joins the lane's inline tail (the document alone, two
+    fsyncs); a segment is written each time the tail passes ``inline_tail_bytes`` — so a
+    40-step run leaves a few segments, not one per checkpoint, and a resume reads those."""
+    store = _store(root)
+    store.create("r", source="pydantic-ai")
+    msgs = conversation(41)
+    bound = fsdurable.Config().inline_tail_bytes
+    flushed = 0
+    for k in range(1, 42):
+        s = store.load("r")
+        with io_log() as ops:
+            store.commit(hist.checkpoint_record(msgs[:k])(s), s.version)
+        segs = [a for op, a in ops if op == "write" and "history" in a[0]]
+        if segs:
+            flushed += 1
+            assert len(segs) == 1 and len(segs[0][1]) > bound
+        else:
+            put = [a[1] for op, a in ops if op in ("rename", "link")]
+            assert put == [str(root / "sessions" / "r.json")] and _fsyncs(ops) == 2
+    one = len(json.dumps(hist.encode(msgs[:1])[0], separators=(",", ":")))
+    assert 1 <= flushed <= 41 * (one + 1) // bound + 1, flushed
+    assert len(lane_files(root, "r")) == flushed
+    assert hist.messages(_store(root).load("r")) == msgs
+    assert_valid("session", (root / "sessions" / "r.json").read_bytes())
 
 
 def test_a_history_that_does_not_extend_the_stored_one_is_stored_whole(root: Path) -> None:

@@ -82,7 +82,7 @@ def test_only_the_current_session_format_validates() -> None:
     good = json.loads(_codec.encode_session(Session(id="s", version=1)))
     assert VALIDATORS["session"].is_valid(good)
     for fmt in ("fsdurable.session/1", "fsdurable.session/2", "fsdurable.session/3",
-                "fsdurable.session/4", "fsdurable.session/6",
+                "fsdurable.session/4", "fsdurable.session/5", "fsdurable.session/7",
                 "fsdurable.marker/1"):
         assert not VALIDATORS["session"].is_valid({**good, "format": fmt})
 
@@ -344,8 +344,8 @@ def run_workload(store: fsdurable.Store, root: Path) -> None:
 
 
 def test_every_file_the_store_writes_validates(root: Path) -> None:
-    with recording() as writes:
-        store = fsdurable.Store(root)
+    with recording() as writes:  # a small inline tail: documents with one, and segments
+        store = fsdurable.Store(root, config=fsdurable.Config(inline_tail_bytes=120))
         run_workload(store, root)
 
     # 1. every write as it happened, including markers and versions since replaced or removed
@@ -358,7 +358,10 @@ def test_every_file_the_store_writes_validates(root: Path) -> None:
         counts[kind] += 1
     assert counts["manifest"] == 1
     assert counts["session"] == 22 and counts["marker"] >= 6 and counts["event"] >= 15, counts
-    assert counts["segment"] >= 9, counts
+    assert counts["segment"] >= 3, counts
+    inline = [d for p, d in writes if kind_of(root, p) == "session"
+              and b'"inline":[' in d]
+    assert len(inline) >= 3, counts
 
     # 2. the store directory as it is now
     found = dict.fromkeys(KINDS, 0)
@@ -370,7 +373,7 @@ def test_every_file_the_store_writes_validates(root: Path) -> None:
     for p in sorted((root / "history").glob("*/*.json")):
         assert_valid("segment", p.read_bytes(), where=str(p))
         found["segment"] += 1
-    assert found["segment"] >= 9
+    assert found["segment"] >= 3
     codes = set()
     for p in sorted((root / "events").glob("*/*/*.jsonl")):
         for line in p.read_bytes().splitlines():
@@ -441,7 +444,8 @@ def test_every_file_the_demo_processes_write_validates(tmp_path: Path) -> None:
                 assert_valid(kind, base64.b64decode(r["data"]), where=r["path"])
                 counts[kind] += 1
     assert counts["session"] >= 10 and counts["marker"] >= 3 and counts["event"] >= 10, counts
-    assert counts["segment"] >= 3, counts
+    # the demo's turns are small: their messages stay in each document's inline tail
+    assert counts["segment"] >= 0, counts
     for sub in ("sessions", "markers"):
         for f in (root / sub).iterdir():
             assert_valid(sub[:-1], f.read_bytes(), where=str(f))

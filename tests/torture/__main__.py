@@ -19,8 +19,13 @@ def _explorer(args: argparse.Namespace, rows: list[tuple[str, Any]], bad: list[s
     r = explorer.run(exhaustive=args.exhaustive, scale=scale)
     rows += [("workload: ops recorded / commits / sessions", f"{r.ops} / {r.commits} / "
               f"{r.sessions}"),
-             ("crash points", r.crash_points), ("crash states explored", r.states)]
+             ("crash points", r.crash_points), ("crash states explored", r.states),
+             ("step 0: documents with an inline tail / segments written / inline tails "
+              "flushed", f"{r.inline_docs} / {r.segments_written} / {r.flushes}")]
     bad += r.violations
+    if not (r.inline_docs and r.flushes):  # both paths of step 0 (storage.md), or it says so
+        bad.append(f"the explorer's workload took one path of step 0 only: {r.inline_docs} "
+                   f"inline documents, {r.flushes} inline tails flushed")
     caught = 0
     for name in explorer.MUTANTS:
         with explorer.mutant(name) as impl:

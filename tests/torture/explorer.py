@@ -86,6 +86,11 @@ class Recording:
     lanes: dict[str, dict[str, tuple[Any, ...]]] = attrs.Factory(dict)
     # broken promises the workload saw itself (a lost update is consistent on disk)
     violations: list[str] = attrs.Factory(list)
+    # step 0's two paths (_inline_kinds): commits whose document has an inline tail, segments
+    # written, and those of them that flushed an inline tail with new values
+    inline_docs: int = 0
+    segments_written: int = 0
+    flushes: int = 0
 
 
 CommitImpl = Callable[..., Session]  # (store, new, base, *, at_least=0) -> committed session
@@ -324,15 +329,50 @@ def record_workload(base: str, *, commit_impl: CommitImpl | None = None,
     class S(RecordingStore):
         pass
 
+    # a small inline tail (docs/storage.md, "The inline tail"): the workload's commits keep
+    # their messages in the document, and pass the bound often enough to flush it as a segment
+
     S.commit_impl = staticmethod(commit_impl) if commit_impl is not None else None  # type: ignore[assignment]
     S.rec_log = rec
     prev = _fsio.set_recorder(recorder)
     try:
-        store = S(root, clock=clock)
+        store = S(root, clock=clock, config=Config(inline_tail_bytes=INLINE_BOUND))
         _workload(store, rec, clock, inject, scale)
     finally:
         _fsio.set_recorder(prev)
+    _inline_kinds(rec)
     return rec
+
+
+# the workload's inline tail bound: two short messages fit, a third passes it
+INLINE_BOUND = 200
+
+
+def _inline_kinds(rec: Recording) -> None:
+    """Which paths of step 0 the workload took: commits whose document carries an inline tail
+    (``inline_tail``), and segments holding an inline tail flushed with new values
+    (``tail_flushed``: two or more values, after the chain's first segment or not)."""
+    import orjson
+
+    rec.inline_docs = sum(1 for data in rec.results.values() if b'"inline":[' in data)
+    pending: dict[str, bytes] = {}
+    for op, args in rec.ops:
+        if op == "write":
+            pending[args[0]] = args[1]
+        elif op in ("rename", "link") and os.sep + "history" + os.sep in args[1]:
+            data = pending.get(args[0], b"")
+            try:
+                d = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                continue
+            values = d.get("messages") or d.get("items") or []
+            rec.segments_written += 1
+            if len(values) >= 2:
+                rec.flushes += 1
+    if rec.inline_docs:
+        rec.kinds.add("inline_tail")
+    if rec.flushes:
+        rec.kinds.add("tail_flushed")
 
 
 def _workload(store: Store, rec: Recording, clock: Clock,
@@ -382,8 +422,8 @@ def _workload(store: Store, rec: Recording, clock: Clock,
         rec.kinds.add("repair")
     # a segment the disk refuses (the commit's first step): nothing is committed, no marker
     inject.append(lambda op, args: op == "create" and os.sep + "history" + os.sep in args[0])
-    with suppress(StorageError):
-        store.begin_turn("s0", "refused")
+    with suppress(StorageError):  # (longer than the inline bound: it goes to a segment)
+        store.begin_turn("s0", "refused " * (INLINE_BOUND // 8))
     inject.clear()  # (a mutant that writes no segment there never met it)
     if store.load("s0").in_progress:  # the mutant's turn went through: end it
         store.cancel("s0")
@@ -463,6 +503,9 @@ class Report:
     sessions: int = 0
     kinds: set[str] = attrs.Factory(set)
     seconds: float = 0.0
+    inline_docs: int = 0  # the recording's (step 0's two paths, _inline_kinds)
+    segments_written: int = 0
+    flushes: int = 0
 
 
 def _own_files(root: str, sub: str) -> dict[str, str]:
@@ -647,7 +690,9 @@ def explore(rec: Recording, *, exhaustive: bool = False, stop_at_first: bool = F
     """Check every crash state of the recording."""
     t = time.monotonic()
     report = Report(ops=len(rec.ops), commits=rec.commits, sessions=rec.sessions,
-                    kinds=set(rec.kinds), violations=list(rec.violations))
+                    kinds=set(rec.kinds), violations=list(rec.violations),
+                    inline_docs=rec.inline_docs, segments_written=rec.segments_written,
+                    flushes=rec.flushes)
     if stop_at_first and report.violations:
         return report
     model = FsModel(rec.root, rec.snap)

@@ -29,7 +29,7 @@ T = 1_800_000_000.0  # a fixed instant; the check's clock is set near it
 
 def _session(sid: str, **over: Any) -> dict[str, Any]:
     d: dict[str, Any] = {
-        "format": "fsdurable.session/5", "id": sid, "version": 3, "commit_id": "c0ffee",
+        "format": "fsdurable.session/6", "id": sid, "version": 3, "commit_id": "c0ffee",
         "created_at": T, "updated_at": T, "source": "api", "route_key": f"session:{sid}",
         "in_progress": False, "turn": None, "history": None, "summary": None, "metadata": {},
     }
@@ -84,6 +84,20 @@ def entries() -> list[tuple[str, str, str, bytes]]:
          _j(_session("h_msgtype", format="fsdurable.session/3", messages={"role": "user"}))),
         ("sessions/h_histtype.json", "history is a list", q,
          _j(_session("h_histtype", history=[]))),
+        ("sessions/h_inlinetype.json", "an inline tail that is an object", q,
+         _j(_session("h_inlinetype", history={"count": 1, "head": None, "sha256": None,
+                                              "inline": {"role": "user"}}))),
+        ("sessions/h_inlinelong.json", "an inline tail longer than its count", q,
+         _j(_session("h_inlinelong", history={"count": 1, "head": None, "sha256": None,
+                                              "inline": [{"role": "user"}] * 2}))),
+        ("sessions/h_inlinehead.json", "a head without its sha256", q,
+         _j(_session("h_inlinehead", history={"count": 1, "head": "000000000000-"
+                                              "0123456789abcdef.json", "sha256": None,
+                                              "inline": [{"role": "user"}]}))),
+        ("sessions/h_inlinemsg.json", "an inline message out of shape (the document reads, "
+         "its history is corrupt: reported, left for a human)", s,
+         _j(_session("h_inlinemsg", history={"count": 1, "head": None, "sha256": None,
+                                             "inline": [{"role": 7}]}))),
         ("sessions/h_dupkeys.json", "duplicate keys", q,
          good.replace(b'"id": "h_x"', b'"id": "h_dupkeys", "id": "other"')),
         ("sessions/h_deep.json", "100000 levels of nesting", q, _deep(100_000)),
