@@ -130,8 +130,11 @@ def probe_imports(python: str, root: str, env: dict[str, str], reps: int,
                   cwd: str) -> dict[str, Any]:
     runs = []
     for _ in range(reps):
-        out = subprocess.run([python, "-c", PROBE_SCRIPT, root], env=env, check=True,
+        out = subprocess.run([python, "-c", PROBE_SCRIPT, root], env=env,
                              capture_output=True, text=True, timeout=120, cwd=cwd)
+        if out.returncode != 0:  # say why: a bench part that cannot measure fails loudly
+            raise RuntimeError(f"the import probe ({python}) exited {out.returncode}:\n"
+                               f"{out.stderr[-3000:]}")
         runs.append(json.loads(out.stdout))
     loaded = sorted({m for r in runs for m in r["loaded"]})
     return {
