@@ -53,7 +53,9 @@ def script(name: str, venv: str = VENV) -> str:
 
 
 def _run(cmd: list[str]) -> None:
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    # never in the checkout: there a fsdurable.egg-info (an editable install's, or one a
+    # concurrent sdist build writes) made pip answer "already satisfied" and install nothing
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=TMP)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
 
@@ -68,6 +70,7 @@ def clean_venv() -> str:
                 return python()
     log(f"bench: building a clean venv in {VENV} (fsdurable from a wheel, deps only) ...")
     shutil.rmtree(VENV, ignore_errors=True)
+    os.makedirs(TMP, exist_ok=True)
     os.makedirs(WHEELHOUSE, exist_ok=True)
     for old in os.listdir(WHEELHOUSE):  # the previous build of fsdurable itself
         if old.startswith("fsdurable-"):
@@ -84,6 +87,12 @@ def clean_venv() -> str:
     _run([sys.executable, "-m", "venv", "--without-pip", VENV])
     _run([*pip, "--python", python(), "install", "--no-index", "--find-links", WHEELHOUSE,
           "fsdurable"])
+    got = subprocess.run([python(), "-I", "-c", "import fsdurable; print(fsdurable.__file__)"],
+                         capture_output=True, text=True, timeout=60, cwd=TMP)
+    if got.returncode != 0 or not os.path.realpath(got.stdout.strip()).startswith(
+            os.path.realpath(VENV)):
+        raise RuntimeError(f"the clean venv does not import its own fsdurable: "
+                           f"{got.stdout.strip() or got.stderr[-2000:]}")
     with open(stamp, "w") as f:
         f.write(want + "\n")
     return python()
