@@ -53,9 +53,10 @@ def script(name: str, venv: str = VENV) -> str:
 
 
 def _run(cmd: list[str]) -> None:
-    # never in the checkout: there a fsdurable.egg-info (an editable install's, or one a
-    # concurrent sdist build writes) made pip answer "already satisfied" and install nothing
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=TMP)
+    # never where the checkout is on the path (the cwd, PYTHONPATH — the test suite's children
+    # have it): its fsdurable.egg-info made pip answer "already satisfied" and install nothing
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=TMP, env=env)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-3000:]}")
 
