@@ -24,23 +24,37 @@ if TYPE_CHECKING:
 MODES_HELD = os.name == "posix"
 
 
-def read_span(path: str, offset: int, max_bytes: int) -> tuple[bytes, os.stat_result]:
-    """Up to ``max_bytes`` of a regular file from ``offset`` (to its end), and its stat; never
-    through a symlink, never blocking. FileNotFoundError if it is missing."""
+def _open_file(path: str) -> int:
+    """A read-only descriptor of ``path``: no-follow, non-blocking. FileNotFoundError if it is
+    missing, StorageError if the disk refuses (EACCES, EIO), UnreadableState (``symlink``,
+    ``not_a_file``) if it must not be read."""
     try:
-        with storage_errors(path, "read"):
-            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK | _O_BINARY)
+        with storage_errors(path, "read"):  # EACCES, EIO: a typed StorageError
+            return os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK | _O_BINARY)
     except OSError as e:
         if isinstance(e, (StorageError, FileNotFoundError)):
             raise
         if e.errno == errno.ELOOP:
             raise UnreadableState(f"{path} is a symlink", path=path, reason="symlink") from e
+        # a socket (ENXIO), a device, a directory on some systems...: never a file of ours
         raise UnreadableState(f"{path} cannot be opened as a file: {e.strerror}", path=path,
                               reason="not_a_file") from e
+
+
+def _regular(fd: int, path: str) -> os.stat_result:
+    """The open file's stat; UnreadableState (``not_a_file``) unless it is a regular file."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise UnreadableState(f"{path} is not a regular file", path=path, reason="not_a_file")
+    return st
+
+
+def read_span(path: str, offset: int, max_bytes: int) -> tuple[bytes, os.stat_result]:
+    """Up to ``max_bytes`` of a regular file from ``offset`` (to its end), and its stat; never
+    through a symlink, never blocking. FileNotFoundError if it is missing."""
+    fd = _open_file(path)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnreadableState(f"{path} is not a regular file", path=path, reason="not_a_file")
+        st = _regular(fd, path)
         want = max(0, min(st.st_size - offset, max_bytes))
         chunks, got = [], 0
         while got < want:
@@ -62,23 +76,9 @@ def read_bounded(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
     ``not_a_file`` or ``oversized``) if it must not be read, StorageError if the disk refuses
     (EACCES, EIO).
     """
+    fd = _open_file(path)
     try:
-        with storage_errors(path, "read"):  # EACCES, EIO: a typed StorageError
-            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK | _O_BINARY)
-    except StorageError:
-        raise
-    except FileNotFoundError:
-        raise
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise UnreadableState(f"{path} is a symlink", path=path, reason="symlink") from e
-        # a socket (ENXIO), a device, a directory on some systems...: never a file of ours
-        raise UnreadableState(f"{path} cannot be opened as a file: {e.strerror}", path=path,
-                              reason="not_a_file") from e
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnreadableState(f"{path} is not a regular file", path=path, reason="not_a_file")
+        st = _regular(fd, path)
         if st.st_size > max_bytes:
             raise UnreadableState(
                 f"{path} is {st.st_size} bytes, over the {max_bytes}-byte limit",
@@ -108,8 +108,7 @@ def read_prefix(path: str, size: int) -> bytes:
     """The first ``size`` bytes of a regular file (never through a link, never blocking)."""
     fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK | _O_BINARY)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UnreadableState(f"{path} is not a regular file", path=path, reason="not_a_file")
+        _regular(fd, path)
         return os.read(fd, size)
     finally:
         os.close(fd)
@@ -128,16 +127,7 @@ def iter_lines(path: str, max_line: int, chunk: int = 1 << 20) -> Iterator[bytes
     never through a symlink. A line longer than ``max_line`` is yielded as None (skipped, so the
     caller can count it). Raises FileNotFoundError, UnreadableState (``symlink``, ``not_a_file``)
     or StorageError (EACCES, EIO) before the first line."""
-    try:
-        with storage_errors(path, "read"):
-            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK | _O_BINARY)
-    except OSError as e:
-        if isinstance(e, (StorageError, FileNotFoundError)):
-            raise
-        if e.errno == errno.ELOOP:
-            raise UnreadableState(f"{path} is a symlink", path=path, reason="symlink") from e
-        raise UnreadableState(f"{path} cannot be opened as a file: {e.strerror}", path=path,
-                              reason="not_a_file") from e
+    fd = _open_file(path)
     return _lines(fd, path, max_line, chunk)
 
 

@@ -265,15 +265,16 @@ def write_new(path: str, data: bytes, *, durable: bool = True) -> None:
             fsync_dir(os.path.dirname(path))
 
 
-def _write_all(fd: int, data: bytes, path: str, durable: bool) -> None:
+def _write_all(fd: int, data: bytes, path: str, durable: bool, *,
+               datasync: bool = False) -> None:
     """Write every byte (a short write — a signal, ENOSPC part-way — never cuts the data), then
-    fsync the file if ``durable``."""
+    fsync the file if ``durable`` (``datasync``: its data and size, ``_fdatasync_fd``)."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
     if durable:
         _rec("fsync", path)
-        _fsync_fd(fd)
+        (_fdatasync_fd if datasync else _fsync_fd)(fd)
 
 
 def _fdatasync_fd(fd: int) -> None:
@@ -312,12 +313,7 @@ def append_at(path: str, offset: int, data: bytes, *, durable: bool = True) -> i
                     _fsync_fd(fd)
             os.lseek(fd, offset, os.SEEK_SET)
             _rec("append", path, data)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            if durable:
-                _rec("fsync", path)
-                _fdatasync_fd(fd)
+            _write_all(fd, data, path, durable, datasync=True)
         finally:
             os.close(fd)
     return offset + len(data)
