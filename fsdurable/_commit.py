@@ -250,21 +250,22 @@ def appended(ctx: Context, sid: str, s: Session, base: Chain | None, tail: tuple
     inline = old + encode_values(sid, count, tail, lane)
     start = base.ref.start if base is not None else 0
     cfg = ctx.config
+    seg: tuple[str, bytes] | None = None
     if len(inline) <= cfg.inline_tail_values and inline_size(inline) <= cfg.inline_tail_bytes:
-        ref = HistoryRef(count=count + len(tail), head=base.ref.head if base else None,
-                         sha256=base.ref.sha256 if base else None, start=start, inline=inline)
-        return (base.derived(ref, tail) if base is not None else
-                Chain.started(sid, ctx.layout.history_dir(sid), ref, tail,
-                              ctx.config.max_file_bytes, lane)), None
-    first = count - len(old)
-    name, sha, data = encode_segment(sid, first, base.ref if base is not None else None,
-                                     (s.turn.node_id if s.turn is not None else None)
-                                     or ctx.node(), (), lane, encoded=inline)
-    ref = HistoryRef(count=count + len(tail), head=name, sha256=sha, start=start)
-    chain = (base.derived(ref, tail, segment=True) if base is not None else
-             Chain.started(sid, ctx.layout.history_dir(sid), ref, tail,
-                           ctx.config.max_file_bytes, lane))
-    return chain, (name, data)
+        ref = HistoryRef(count=count + len(tail), start=start, inline=inline,
+                         head=base.ref.head if base is not None else None,
+                         sha256=base.ref.sha256 if base is not None else None)
+    else:
+        name, sha, data = encode_segment(sid, count - len(old),
+                                         base.ref if base is not None else None,
+                                         (s.turn.node_id if s.turn is not None else None)
+                                         or ctx.node(), (), lane, encoded=inline)
+        ref = HistoryRef(count=count + len(tail), head=name, sha256=sha, start=start)
+        seg = (name, data)
+    chain = (base.derived(ref, tail, segment=seg is not None) if base is not None else
+             Chain.started(sid, ctx.layout.history_dir(sid), ref, tail, cfg.max_file_bytes,
+                           lane))
+    return chain, seg
 
 
 def write_segment(ctx: Context, sid: str, name: str, data: bytes) -> None:
