@@ -135,14 +135,19 @@ _LOCK = threading.Lock()
 def server(driver: str) -> Server | None:
     """The fork server of ``driver`` (started on first use, kept for the test process), or None
     where children must be exec'd (``FSDC_EXEC=1``, or the server could not fork)."""
+    key = driver.replace("-", "_")
+    return _started(key, key, ())
+
+
+def _started(key: str, driver: str, warm: tuple[str, ...]) -> Server | None:
+    """The server kept under ``key``, started on first use; None if children must be exec'd."""
     if os.environ.get("FSDC_EXEC") == "1":
         return None
-    key = driver.replace("-", "_")
     with _LOCK:
         if key not in _SERVERS:
-            s = Server(key)
+            s = Server(driver, warm)
             if not s.ok:
-                print(f"conformance: no fork server for {key} ({s.why}): exec children",
+                print(f"forkserver: none for {driver} {warm} ({s.why}): exec children",
                       file=sys.stderr)
                 s.close()
             _SERVERS[key] = s if s.ok else None
@@ -154,18 +159,7 @@ def module_server(warm: tuple[str, ...]) -> Server | None:
     """A fork server of ``python -m MODULE`` children that has imported ``warm`` (a framework
     and the fsdurable modules its children use); None where children must be exec'd. The
     module itself runs fresh in each child (``Server.spawn([MODULE, *args], ...)``)."""
-    if os.environ.get("FSDC_EXEC") == "1":
-        return None
-    key = "-" + ",".join(warm)
-    with _LOCK:
-        if key not in _SERVERS:
-            s = Server("-", warm)
-            if not s.ok:
-                print(f"forkserver: none for {warm} ({s.why}): exec children", file=sys.stderr)
-                s.close()
-            _SERVERS[key] = s if s.ok else None
-        got = _SERVERS[key]
-    return got if got is not None and got.ok else None
+    return _started("-" + ",".join(warm), "-", warm)
 
 
 @atexit.register
