@@ -420,13 +420,13 @@ class Threads:
         """Remove the directory of a thread the caller deletes; ``set_aside``: one no document
         names, whose files go to quarantine/ with that reason instead (_lgrepair)."""
         d = self.layout.lg_thread(sid)
-        names = [] if set_aside is not None else _fsio.list_names(d, follow=False)
-        for name in names:  # a planted symlink: refused by the listing, never followed
-            _fsio.unlink(f"{d}/{name}", durable=False)
         if set_aside is not None:
             set_aside_dir(self.store, sid, d, set_aside)
-        elif names or _fsio.lstat(d) is not None:
-            _fsio.rmdir(d, durable=self._durable)
+        else:  # a planted symlink: refused by the listing, never followed
+            for name in _fsio.list_names(d, follow=False):
+                _fsio.unlink(f"{d}/{name}", durable=False)
+            if _fsio.lstat(d) is not None:
+                _fsio.rmdir(d, durable=self._durable)
         with self._mu:
             self._index.pop(sid, None)
             for key in [k for k in self._records if k[0] == sid]:
