@@ -2,7 +2,8 @@
 
 Checks: the marker <=> in-progress biconditional both ways, that every session and marker parses
 in the current format (and so validates against ``schemas/``), sync-tool conflict copies, leftover
-temp files, symlinks, foreign files, permissions and the contents of ``quarantine/``.
+temp files, symlinks, foreign files, permissions and the contents of ``quarantine/``;
+each session's history, and each LangGraph thread's files against its document (``_doctorlg``).
 It also checks the event log (a day file over the size cap, a symlinked node directory: events
 that would vanish silently). Each repair goes through the repair gate (``_repair``: the exact
 file judged, never another node's file or a newer format, the replacement first) and is an event;
@@ -301,6 +302,9 @@ class _Scan:
                               f"marker for turn {m.turn_id}, session is on turn {s.turn.id}",
                               "rewrite the marker")
         self.history(parsed)
+        from ._doctorlg import threads
+
+        threads(self, parsed)
         for sid, s in parsed.items():
             if s is not None and s.in_progress and sid not in markers:
                 self.disagree("missing_marker", sid, sessions[sid],
@@ -361,6 +365,7 @@ def doctor(store: Store, *, repair: bool = False,
     ``progress(stage, done, total)``, if given, is called as the scan goes, once per file:
     ``session files`` and ``marker files`` (each directory entry checked), ``sessions`` (each
     session read and judged), ``markers``, ``history`` (each session's history verified),
+    ``langgraph threads`` (each entry of ``langgraph/``),
     ``done`` counting from 1 up to ``total``. It should return at once
     (store the numbers, draw them elsewhere).
     """
