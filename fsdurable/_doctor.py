@@ -155,6 +155,10 @@ class _Scan:
             self.add("sync_temp", path, "a sync tool's temp file (left to the tool)",
                      severity=INFO)
             return
+        self.own_temp(path, sid, kind, st)
+
+    def own_temp(self, path: str, sid: str, kind: str, st: os.stat_result) -> None:
+        """One of our temp files, of session ``sid``: a leftover if its commit lock is free."""
         try:
             with self.store.commit_lock(sid, timeout=0):
                 if _fsio.lstat(path) is None:

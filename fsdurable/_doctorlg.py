@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import _fsio
-from ._errors import LockTimeout, UnreadableState
+from ._errors import UnreadableState
 from ._layout import validate_session_id
 from ._model import Session
 
@@ -168,7 +168,7 @@ def _file(scan: _Scan, sid: str, path: str, name: str, current: str | None,
                  fix=scan.quarantine_fix(path, "langgraph", "symlink", sid, st))
         return
     if name.startswith("~"):
-        _temp(scan, sid, path, st)
+        scan.own_temp(path, sid, "langgraph", st)  # a deletion's copy of the log
         return
     m = _RECORD.match(name)
     if m is not None and int(m.group(1)) <= legacy:
@@ -183,21 +183,6 @@ def _file(scan: _Scan, sid: str, path: str, name: str, current: str | None,
              repair="move to quarantine",
              fix=_locked(scan, sid, lambda s: s is not None and not _named(s, name),
                          lambda: _moved(set_aside(scan.store, sid, path, "stale_file"), path)))
-
-
-def _temp(scan: _Scan, sid: str, path: str, st: os.stat_result) -> None:
-    """A temp file of a thread (a deletion copying its log) exists only while the thread's
-    commit lock is held: with the lock free, it is a crash leftover."""
-    try:
-        with scan.store.commit_lock(sid, timeout=0):
-            if _fsio.lstat(path) is None:
-                return  # its deletion finished while we looked
-            scan.add("temp_leftover", path, "temp file left by an interrupted write",
-                     session_id=sid, repair="move to quarantine",
-                     fix=scan.quarantine_fix(path, "langgraph-temp", "temp_leftover", sid, st))
-    except LockTimeout:
-        scan.add("temp_in_flight", path, "temp file of a write in progress", session_id=sid,
-                 severity=INFO)
 
 
 def _moved(dest: str | None, path: str) -> None:

@@ -79,13 +79,12 @@ def test_a_log_shorter_than_its_document_is_a_problem_left_as_it_is(tmp_path: Pa
 def test_a_file_its_document_does_not_name_goes_to_quarantine(tmp_path: Path) -> None:
     """A deletion's old log whose removal a crash cut short (log 0 beside log 1)."""
     root = tmp_path / "s"
-    saver = FsDurableSaver(root)
-    c = None
-    for i in range(3):
-        c = put(saver, i, c)
-    saver.close()
+    thread(root)
     old = log_of(root).read_bytes()
-    before = thread(root, pruned=True)
+    saver = FsDurableSaver(root)
+    saver.prune(["t"])
+    saver.close()
+    before = snapshot(FsDurableSaver(root))
     log_of(root).write_bytes(old)
     os.chmod(log_of(root), 0o600)
     store = fsdurable.Store(root)
