@@ -112,9 +112,12 @@ class LogView:
     torn: bool = False  # parsing stopped on bytes that are no valid frame
 
     def cut(self) -> None:
-        """Forget the frames after the last head (a writer is about to cut them)."""
-        for n in [n for n in self.locs if n > self.head_seq]:
-            del self.locs[n]
+        """Forget the frames after the last head (a writer is about to cut them): the newest
+        entries of ``locs``, which holds its numbers in ascending order (``_frame`` takes only a
+        number above the last), so the cost is theirs, never the whole log's."""
+        locs = self.locs
+        while locs and next(reversed(locs)) > self.head_seq:
+            locs.popitem()
         self.end = self.head_end or self.base
         self.seq = self.head_seq
         self.torn = False

@@ -112,17 +112,14 @@ class Threads:
     def session(self, sid: str) -> Session | None:
         """The thread's document as on disk: the one last read or committed here if the file
         is still that commit (the store's stat check), else read again."""
-        st = _fsio.lstat(self.layout.session(sid))
         with self._mu:
             cached = self._docs.get(sid)
-        if st is not None and cached is not None \
-                and self.store._cache.session_ident(sid, self.layout.session(sid), st) \
-                == (cached.version, cached.commit_id):
-            return cached
         try:
-            s = self.store.load(sid)
+            s = self.store._load_known(sid, cached)
         except SessionNotFound:
             return None
+        if s is cached:
+            return s
         with self._mu:
             if len(self._docs) > _CACHE:
                 self._docs.clear()

@@ -134,6 +134,9 @@ class FileSession:
         self.session_settings = session_settings
         self.astore = store if isinstance(store, AsyncStore) else AsyncStore(as_store(store))
         self.store = self.astore.store
+        # the document this session last read or committed in ``_mutate`` (under the commit
+        # lock): reused while the file on disk is still that commit (``Store._load_known``)
+        self._doc: Session | None = None
 
     def __repr__(self) -> str:
         return f"FileSession({self.session_id!r}, {self.store.root!r})"
@@ -190,8 +193,11 @@ class FileSession:
 
         sid = self.session_id
         with self.store.commit_lock(sid):
+            doc, self._doc = self._doc, None  # set again only once this mutation succeeded
             try:
-                s = self._load()
+                s: Session | None = self.store._load_known(sid, doc)
+            except SessionNotFound:
+                s = None
             except UnreadableState:
                 repair_session(self.store, sid)
                 s = None
@@ -201,11 +207,12 @@ class FileSession:
             cur = items(s)
             new, out = fn(cur)
             if new is cur:
+                self._doc = s
                 return out
             if s is None:
-                self.store.create(sid, source=SOURCE, lanes={KEY: new})
+                self._doc = self.store.create(sid, source=SOURCE, lanes={KEY: new})
             else:
-                self.store.commit(with_items(s, new), s.version)
+                self._doc = self.store.commit(with_items(s, new), s.version)
             return out
 
 

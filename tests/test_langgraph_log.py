@@ -159,3 +159,27 @@ def test_a_threads_files_without_their_document_are_kept_in_quarantine(tmp_path:
     [ev] = [e for e in store.events(thread_session_id("t")) if e.code == "file_quarantined"]
     assert ev.detail["kind"] == "langgraph" and ev.detail["cause"] == "no_session"
     assert snapshot(FsDurableSaver(store))[0][1]["step"] == 0  # this node's thread is readable
+
+
+def test_a_cut_forgets_exactly_the_records_after_the_last_head() -> None:
+    """``LogView.cut`` drops only the newest entries (records of a write whose head frame a
+    crash tore off), keeping every number up to the head in order for the next write."""
+    from fsdurable._lglog import LogView, encode_frames, encode_record
+
+    def rec(seq: int) -> tuple[str, int, bytes]:
+        return ("ckpt", seq, encode_record({"kind": "ckpt", "seq": seq, "ns": "",
+                                            "id": f"c{seq}"}, [(["checkpoint"], ("json", b"{}"))]))
+
+    first = encode_frames([rec(1), rec(2)], {"seq": 2})
+    torn = encode_frames([rec(3), rec(4), rec(5)], {"seq": 5})
+    frame5 = len(encode_frames([rec(5)], {"seq": 5}))
+    view = LogView(key=(0, 0), base=0, gen="g")
+    data = first + torn[:-frame5 // 2]  # records 3 and 4 whole, the frame with the head cut
+    view.feed(data, 0, 1 << 20)
+    assert list(view.locs) == [1, 2, 3, 4] and view.head_seq == 2 and view.torn
+    view.cut()
+    assert list(view.locs) == [1, 2] and view.end == len(first) and view.seq == 2
+    again = encode_frames([rec(3)], {"seq": 3})
+    view.feed(again, view.end, 1 << 20)
+    assert list(view.locs) == [1, 2, 3] and view.head == {"seq": 3}
+    assert view.end == view.head_end == len(first) + len(again)

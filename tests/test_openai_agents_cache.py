@@ -1,0 +1,128 @@
+"""FileSession keeps the document it last committed and reuses it for its next mutation only
+while the file on disk is still that commit (``Store._load_known``: judged by stat as the
+compare-and-swap judges it, a recent stat confirmed from the file's first bytes). Whatever
+replaced the file meanwhile — another process's commit, a sync tool's older copy or another
+node's commit of the same version, a corrupt file, a deletion — is read again, never written
+over from the stale copy."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fsdurable
+from fsdurable import _codec
+from fsdurable.openai_agents import FileSession
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def msg(i: int | str) -> dict[str, Any]:
+    return {"role": "user", "content": f"m{i}"}
+
+
+def doc(root: Path, sid: str = "s1") -> Path:
+    return root / "sessions" / f"{sid}.json"
+
+
+def test_a_mutation_parses_the_document_only_when_it_changed(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    root = tmp_path / "store"
+    s = FileSession("s1", fsdurable.Store(root))
+    parsed: list[str] = []
+    real = _codec.parse_session
+
+    def counting(*a: Any, **kw: Any) -> Any:
+        parsed.append(kw.get("session_id", "?"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(_codec, "parse_session", counting)
+
+    async def main() -> None:
+        await s.add_items([msg(0)])  # the file does not exist yet: nothing to parse
+        for i in range(1, 6):
+            await s.add_items([msg(i)])
+        assert await s.pop_item() == msg(5)
+        await s.clear_session()
+        await s.add_items([msg(6)])
+
+    run(main())
+    assert parsed == []  # every mutation after the first reused the document it committed
+    run(FileSession("s1", fsdurable.Store(root)).add_items([msg(7)]))  # another writer's
+    parsed.clear()
+    run(s.add_items([msg(8)]))
+    assert parsed == ["s1"]
+    assert run(s.get_items()) == [msg(6), msg(7), msg(8)]
+
+
+def test_another_writer_s_commits_are_seen(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    a = FileSession("s1", fsdurable.Store(root))
+    b = FileSession("s1", fsdurable.Store(root))  # another store: another process's view
+
+    async def main() -> None:
+        await a.add_items([msg("a1")])
+        await b.add_items([msg("b1")])
+        await a.add_items([msg("a2")])
+        assert await b.pop_item() == msg("a2")
+        assert await a.pop_item() == msg("b1")  # not the a2 a's own last commit held
+        await b.add_items([msg("b2")])
+        await a.clear_session()
+        assert await b.get_items() == []
+        await b.add_items([msg("b3")])
+        assert await a.pop_item() == msg("b3")
+        assert await a.pop_item() is None
+
+    run(main())
+
+
+def test_a_sync_tool_s_older_copy_is_read_again(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    s = FileSession("s1", fsdurable.Store(root))
+    run(s.add_items([msg(1)]))
+    old = doc(root).read_bytes()
+    run(s.add_items([msg(2)]))
+    tmp = doc(root).with_suffix(".sync")
+    tmp.write_bytes(old)
+    os.replace(tmp, doc(root))  # a sync tool puts back the older version
+    run(s.add_items([msg(3)]))  # built on what is on disk, not on the copy held
+    assert run(FileSession("s1", fsdurable.Store(root)).get_items()) == [msg(1), msg(3)]
+
+
+def test_another_node_s_commit_of_the_same_version_is_read_again(tmp_path: Path) -> None:
+    root, other = tmp_path / "store", tmp_path / "other"
+    s = FileSession("s1", fsdurable.Store(root))
+    run(s.add_items([msg(1)]))
+    shutil.copytree(root, other)
+    run(s.add_items([msg(2)]))
+    run(FileSession("s1", fsdurable.Store(other)).add_items([msg("x")]))
+    mine = fsdurable.Store(root).load("s1")
+    theirs = fsdurable.Store(other).load("s1")
+    assert mine.version == theirs.version and mine.commit_id != theirs.commit_id
+    tmp = doc(root).with_suffix(".sync")
+    shutil.copyfile(doc(other), tmp)
+    os.replace(tmp, doc(root))  # the sync tool delivers the other node's commit
+    assert run(s.pop_item()) == msg("x")
+    assert run(s.get_items()) == [msg(1)]
+
+
+def test_a_file_corrupted_or_deleted_under_a_held_document(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    s = FileSession("s1", fsdurable.Store(root))
+    run(s.add_items([msg(1), msg(2)]))
+    doc(root).write_bytes(b'{"format": "fsdurable.ses')
+    run(s.add_items([msg(3)]))  # quarantined by the repair gate, then started over
+    assert run(s.get_items()) == [msg(3)]
+    assert len(list((root / "quarantine").iterdir())) == 1
+    fsdurable.Store(root).delete("s1")
+    assert run(s.pop_item()) is None  # the deletion is seen: nothing to pop
+    run(s.add_items([msg(4)]))
+    assert run(s.get_items()) == [msg(4)]
