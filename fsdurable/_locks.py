@@ -36,8 +36,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from typing import Any
 
 from . import _fsio
@@ -184,40 +183,66 @@ class Locks:
             f.users += 1
             return f
 
-    @contextmanager
     def hold(self, kind: str, key: str, *, timeout: float, poll: float = 0.002,
-             session_id: str | None = None) -> Iterator[None]:
-        """Hold the exclusive ``kind`` lock for ``key``; LockTimeout after ``timeout`` seconds."""
-        path = self._path(kind, key)
+             session_id: str | None = None) -> _Hold:
+        """Hold the exclusive ``kind`` lock for ``key`` (a context manager); LockTimeout after
+        ``timeout`` seconds."""
+        return _Hold(self._path(kind, key), kind, key, timeout, poll, session_id)
+
+
+class _Hold:
+    """One hold of a lock (``Locks.hold``): a class, not a generator, as ``storage_errors``
+    is — it wraps every commit. ``__exit__`` may run in another thread than ``__enter__``
+    (``AsyncStore.lock`` enters and leaves in worker threads)."""
+
+    __slots__ = ("f", "key", "kind", "path", "poll", "session_id", "timeout")
+
+    def __init__(self, path: str, kind: str, key: str, timeout: float, poll: float,
+                 session_id: str | None) -> None:
+        self.path, self.kind, self.key = path, kind, key
+        self.timeout, self.poll, self.session_id = timeout, poll, session_id
+        self.f: _File | None = None
+
+    def _timeout(self, why: str = "") -> LockTimeout:
+        return LockTimeout(f"{self.kind} lock for {self.key!r} still held after "
+                           f"{self.timeout:g}s{why}", path=self.path,
+                           session_id=self.session_id, reason="timeout")
+
+    def __enter__(self) -> None:
+        timeout = self.timeout
         deadline = time.monotonic() + timeout
-        f = self._file(path)
-        close = False
+        f = Locks._file(self.path)
         try:
             # this process's threads first (they share the open file), then the other processes
             if not f.mu.acquire(True, min(max(timeout, 0.0), threading.TIMEOUT_MAX)):
-                raise LockTimeout(f"{kind} lock for {key!r} still held after {timeout:g}s "
-                                  "(by this process)", path=path, session_id=session_id,
-                                  reason="timeout")
+                raise self._timeout(" (by this process)")
             try:
-                delay = poll
+                delay = self.poll
                 while (busy := _try_lock(f.fh)) is not None:
                     now = time.monotonic()
                     if now >= deadline:
-                        raise LockTimeout(
-                            f"{kind} lock for {key!r} still held after {timeout:g}s",
-                            path=path, session_id=session_id, reason="timeout",
-                        ) from busy
+                        raise self._timeout() from busy
                     time.sleep(min(delay, deadline - now))
                     delay = min(delay * 2, 0.05)
-                try:
-                    yield
-                finally:
-                    if not f.fh.closed:  # closed: this is a forked child, which never held it
-                        try:
-                            _unlock(f.fh)
-                        except Exception:  # closing the file releases it for sure
-                            close = True
-            finally:
+            except BaseException:
                 f.mu.release()
+                raise
+        except BaseException:
+            _release(f)
+            raise
+        self.f = f
+
+    def __exit__(self, *exc: object) -> None:
+        f, self.f = self.f, None
+        if f is None:
+            return
+        close = False
+        try:
+            if not f.fh.closed:  # closed: this is a forked child, which never held it
+                try:
+                    _unlock(f.fh)
+                except Exception:  # closing the file releases it for sure
+                    close = True
         finally:
+            f.mu.release()
             _release(f, close=close)
