@@ -257,8 +257,6 @@ def _document(s: Session, ref: HistoryRef | None, lanes: dict[str, HistoryRef]
 def history_ref(s: Session) -> HistoryRef | None:
     """The stored history ``s`` names (None: no messages); InvalidState if some of its messages
     are not stored yet (only the commit function writes them: ``_commit``)."""
-    from ._history import History
-
     msgs = s.messages
     if isinstance(msgs, History) and not msgs.tail and msgs.chain is not None:
         if msgs.chain.sid != s.id:
@@ -274,8 +272,6 @@ def history_ref(s: Session) -> HistoryRef | None:
 def lane_refs(s: Session) -> dict[str, HistoryRef]:
     """The stored chain each non-empty lane of ``s`` names; InvalidState if a lane has values
     not stored yet (only the commit function writes them) or a name out of shape."""
-    from ._history import History
-
     out: dict[str, HistoryRef] = {}
     for name in sorted(s.lanes):
         values = s.lanes[name]
