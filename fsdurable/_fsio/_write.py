@@ -119,6 +119,7 @@ class _Steps:
     def __init__(self, path: str, *, overwrite: bool, durable: bool) -> None:
         super().__init__(path, mode="wb", overwrite=overwrite)  # type: ignore[call-arg]
         self._durable = durable
+        self.directory = os.path.dirname(path)
         self._tmp = ""
         self._keep = -1  # the temp file's descriptor, open across the rename (closed by us)
         self.final: os.stat_result | None = None
@@ -131,11 +132,10 @@ class _Steps:
         # (closefd=False, unbuffered) for the stat after the rename. The random part is
         # os.urandom's, as secrets.token_hex's is (without importing secrets, which the first
         # commit of a process paid 0.5 ms for).
-        directory = os.path.dirname(self._path)
-        prefix = temp_prefix(os.path.basename(self._path))
+        prefix = os.path.join(self.directory, temp_prefix(os.path.basename(self._path)))
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
         while True:
-            name = os.path.join(directory, prefix + os.urandom(6).hex() + TEMP_SUFFIX)
+            name = prefix + os.urandom(6).hex() + TEMP_SUFFIX
             _rec("create", name)
             try:
                 fd = os.open(name, flags, FILE_MODE)
@@ -144,7 +144,7 @@ class _Steps:
                 continue
         self._tmp = name
         self._keep = fd
-        return os.fdopen(fd, "wb", buffering=0, closefd=False)
+        return open(fd, "wb", buffering=0, closefd=False)  # atomicwrites closes it, not the fd
 
     def sync(self, f: IO[bytes]) -> None:
         f.flush()
@@ -234,7 +234,7 @@ def write_atomic(
             writer.close_keep()
     if durable and dir_sync:
         try:
-            fsync_dir(os.path.dirname(path))
+            fsync_dir(writer.directory)
         except OSError as e:  # renamed already: the new content is in place, not proven durable
             name = errno.errorcode.get(e.errno or 0, str(e.errno))
             raise DurabilityUnknown(
