@@ -19,12 +19,14 @@ Contenders, interleaved round by round, all on the same filesystem:
   part_*           two parts of fsdurable's checkpoint on their own, for the breakdown: taking
                    and releasing the session's commit lock, and encoding (warm encoder)
 Fresh process (``first_commit``): a new process (this interpreter, this checkout on its path,
-no ``FSDURABLE_*`` variable) opens the store, loads an in-progress 1 KB session and checkpoints
-it twice; the first checkpoint (the imports and set-up a commit needs the first time: the lock,
-the encoder, the atomic writer) against the second (warm), ratio of the medians over rounds.
-Interleaved with it, the same process with ``import portalocker`` timed on its own before the
-first checkpoint: what the mandated lock package's import costs (it reads its own package
-metadata through ``importlib.metadata``), and the first checkpoint without it.
+no ``FSDURABLE_*`` variable, bytecode on) opens the store, loads an in-progress 1 KB session and
+checkpoints it twice; the first checkpoint (the imports and set-up a commit needs the first time:
+the lock module and directory, the atomic writer, the marker read once) against the second
+(warm), ratio of the medians over rounds. Interleaved with it, the same process with the modules
+that first checkpoint imports (as the plain process reports them) imported and timed on their
+own before it: their cost, and the first checkpoint without it. That process then times
+``import portalocker`` too (after its commits: the commit path does not import it on POSIX):
+what taking the lock through the declared lock package would cost a fresh process.
 The peers get the bytes ready-made (their serialization is not counted): a ring of 16 encodings
 of successive checkpoints of the same session (version and timestamps advance, as they do in
 fsdurable's checkpoints). SQLite rewrites only the pages that changed when a blob keeps its
@@ -241,17 +243,26 @@ import sys, time
 import fsdurable
 st = fsdurable.Store(sys.argv[1])
 s = st.load("first")
-imp = 0.0
-if sys.argv[2] == "1":
+imp = pl = 0.0
+pre = [m for m in sys.argv[2].split(",") if m]
+if pre:  # the modules a first checkpoint imports, timed on their own
+    import importlib
     t = time.perf_counter()
-    import portalocker
+    for m in pre:
+        importlib.import_module(m)
     imp = time.perf_counter() - t
+before = set(sys.modules)
 t0 = time.perf_counter()
 s = st.checkpoint(s)
 t1 = time.perf_counter()
 s = st.checkpoint(s)
 t2 = time.perf_counter()
-print(t1 - t0, t2 - t1, imp)
+new = sorted(set(sys.modules) - before)
+if pre:
+    t = time.perf_counter()
+    import portalocker
+    pl = time.perf_counter() - t
+print(t1 - t0, t2 - t1, imp, pl, ",".join(new) or "-")
 """
 
 
@@ -270,29 +281,40 @@ def first_commit(work: str, rounds: int) -> dict[str, Any]:
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("FSDURABLE_")}
     env["PYTHONPATH"] = repo
-    firsts, warms, pre_firsts, imports = [], [], [], []
-    for _ in range(rounds):  # interleaved: the plain process, then one that imports the lock first
-        for pre in ("0", "1"):
-            out = subprocess.run([sys.executable, "-c", _CHILD, root, pre], env=env, cwd=work,
-                                 capture_output=True, text=True, timeout=120,
-                                 check=True).stdout
-            first, warm, imp = map(float, out.split())
-            if pre == "0":
+    # Bytecode as in any installed package (as bench/startup.py): with PYTHONDONTWRITEBYTECODE
+    # set (some sandboxes and CI images do), every module the first commit imports would be
+    # compiled from source in every round. The warm-up round (not counted) writes the .pyc files.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    firsts, warms, pre_firsts, imports, portalocker = [], [], [], [], []
+    modules = ""  # what the first checkpoint imports (the warm-up round's plain process says)
+    for i in range(rounds + 1):  # interleaved: the plain process, then one importing them first
+        for pre in (False, True):
+            out = subprocess.run([sys.executable, "-c", _CHILD, root, modules if pre else ""],
+                                 env=env, cwd=work, capture_output=True, text=True,
+                                 timeout=120, check=True).stdout.split()
+            first, warm, imp, pl = map(float, out[:4])
+            if not pre and i == 0:
+                modules = "" if out[4] == "-" else out[4]
+            if i == 0:
+                continue
+            if not pre:
                 firsts.append(first)
                 warms.append(warm)
             else:
                 pre_firsts.append(first)
                 imports.append(imp)
+                portalocker.append(pl)
     med = statistics.median
     r = med(firsts) / med(warms)
     r_pre = med(pre_firsts) / med(warms)
     log(f"  first commit of a fresh process {med(firsts) * 1e3:.2f}ms, warm "
-        f"{med(warms) * 1e3:.2f}ms ({r:.1f}x); import portalocker {med(imports) * 1e3:.2f}ms, "
-        f"then the first commit {med(pre_firsts) * 1e3:.2f}ms ({r_pre:.1f}x)")
+        f"{med(warms) * 1e3:.2f}ms ({r:.1f}x); its imports ({modules or 'none'}) "
+        f"{med(imports) * 1e3:.2f}ms, then the first commit {med(pre_firsts) * 1e3:.2f}ms "
+        f"({r_pre:.1f}x); import portalocker {med(portalocker) * 1e3:.2f}ms")
     return {"rounds": rounds, "first_median_s": med(firsts), "warm_median_s": med(warms),
-            "first_vs_warm": r, "portalocker_import_median_s": med(imports),
-            "first_after_portalocker_import_median_s": med(pre_firsts),
-            "first_after_portalocker_import_vs_warm": r_pre}
+            "first_vs_warm": r, "first_imports": modules.split(",") if modules else [],
+            "imports_median_s": med(imports), "first_after_imports_median_s": med(pre_firsts),
+            "first_after_imports_vs_warm": r_pre, "portalocker_import_median_s": med(portalocker)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -225,7 +225,9 @@ def commit(d: dict[str, Any]) -> str:
     if parts:
         out += ("\n\nWhere fsdurable's time over the floor goes (medians, same run): the commit "
                 "lock taken and released, the session encoded (warm encoder); the rest is the "
-                "version check, the temp file's random name and the bookkeeping.\n\n" +
+                "version check (an `lstat`; while the file is younger than 2 s its first bytes "
+                "are read again), the marker's `lstat`, the atomic writer's own steps and the "
+                "bookkeeping.\n\n" +
                 table(["session", "fsdurable - floor", "commit lock", "encode"],
                       [[size(r["size"]),
                         fmt_time(r["results"]["fsdurable"]["median"]
@@ -534,17 +536,31 @@ def notes(data: dict[str, Any]) -> str:
                 continue
             if key == "first_commit_vs_warm":
                 fc = cm["first_commit"]
-                out.append(
-                    f"- **first_commit_vs_warm** is {x(t['value'])}: the first checkpoint of a "
-                    f"fresh process took {fmt_time(fc['first_median_s'])} against "
-                    f"{fmt_time(fc['warm_median_s'])} warm. Of it, `import portalocker` (the "
-                    "mandated lock package, imported by the first lock taken) took "
-                    f"{fmt_time(fc['portalocker_import_median_s'])} on its own in the same "
-                    "run: it reads its own package metadata through `importlib.metadata` at "
-                    "import. With it imported first, the first checkpoint took "
-                    f"{fmt_time(fc['first_after_portalocker_import_median_s'])} "
-                    f"({x(fc['first_after_portalocker_import_vs_warm'])} warm): the lock "
-                    "directory made, the encoder built, the first temp file.")
+                head = (f"- **first_commit_vs_warm** is {x(t['value'])}: the first checkpoint of "
+                        f"a fresh process took {fmt_time(fc['first_median_s'])} against "
+                        f"{fmt_time(fc['warm_median_s'])} warm. ")
+                if "imports_median_s" in fc:
+                    mods = ", ".join(f"`{m}`" for m in fc["first_imports"]) or "none"
+                    out.append(
+                        head + f"Of it, the modules it imports ({mods}) took "
+                        f"{fmt_time(fc['imports_median_s'])} on their own in the same run. With "
+                        "them imported first, the first checkpoint took "
+                        f"{fmt_time(fc['first_after_imports_median_s'])} "
+                        f"({x(fc['first_after_imports_vs_warm'])} warm): the store's lock "
+                        "directory found (its state dir, two `realpath`s), the lock file opened, "
+                        "the marker read once, and the commit path's first run in the process. "
+                        "`import portalocker`, which the lock does not need on POSIX, took "
+                        f"{fmt_time(fc['portalocker_import_median_s'])} in the same processes.")
+                else:  # a result of the code before fcntl.flock was called directly
+                    out.append(
+                        head + "Of it, `import portalocker` (the mandated lock package, imported "
+                        "by the first lock taken) took "
+                        f"{fmt_time(fc['portalocker_import_median_s'])} on its own in the same "
+                        "run: it reads its own package metadata through `importlib.metadata` at "
+                        "import. With it imported first, the first checkpoint took "
+                        f"{fmt_time(fc['first_after_portalocker_import_median_s'])} "
+                        f"({x(fc['first_after_portalocker_import_vs_warm'])} warm): the lock "
+                        "directory made, the encoder built, the first temp file.")
                 continue
             kb = int(key.rsplit("_", 1)[1][:-2])
             r = next(r for r in cm["rows"] if r["size"] == kb << 10)
@@ -559,12 +575,12 @@ def notes(data: dict[str, Any]) -> str:
                 f"- **{key}** is {x(t['value'])}: fsdurable spends {extra} more than the floor's "
                 f"{fmt_time(res[base]['median'])} (which encodes with orjson, then writes, "
                 "fsyncs, renames and fsyncs the directory). Besides the same steps, a checkpoint "
-                "takes the session's commit lock (a `flock` on a sidecar file: open, lock, "
-                "unlock, close), checks the version on disk (an `lstat`), encodes the session "
-                f"through its strict converter{parts} and creates its temp file with a random "
-                "name. The smaller the fsync latency of the machine, the more these fixed costs "
-                "weigh; the fsync itself varies by several times between runs on a shared "
-                "machine.")
+                "takes the session's commit lock (a `flock` on a sidecar file kept open: lock, "
+                "unlock), checks the commit on disk (an `lstat`; while the file is younger than "
+                "2 s, its first bytes read again), checks the marker (an `lstat`), encodes the "
+                f"session{parts} and keeps what it wrote (the new file's `fstat`). The smaller "
+                "the fsync latency of the machine, the more these fixed costs weigh; the fsync "
+                "itself varies by several times between runs on a shared machine.")
     me = data.get("memory")
     if me:
         for key, t in me["targets"].items():

@@ -19,7 +19,7 @@ import attrs
 from ._errors import InvalidSessionId, InvalidState, UnreadableState
 from ._history import DEFAULT_MAX_BYTES, LANE_RE, Chain, History, HistoryRef, ref_from_dict
 from ._layout import HISTORY, SESSIONS, validate_session_id
-from ._model import Session
+from ._model import LedgerEntry, Session, Turn
 from ._recordcodec import (
     CURRENT,
     EVENT_FORMAT,
@@ -179,27 +179,84 @@ def _conv() -> Any:
     return c
 
 
-def _check_finite(obj: Any, sid: str, where: str) -> None:
+def _check_finite(obj: Any, sid: str, where: str) -> bool:
     """InvalidState if a free-form JSON value holds a NaN or an infinity: orjson would write it
-    as ``null`` and the value would change on the way to disk. Iterative: any depth."""
-    stack = [obj]
+    as ``null`` and the value would change on the way to disk. Iterative: any depth.
+
+    Returns whether the value is plain JSON — exact ``dict`` (``str`` keys), ``list``,
+    ``tuple``, ``str``, ``int``, ``float``, ``bool``, None, at most ``_PLAIN_DEPTH`` deep —
+    which ``orjson`` writes exactly as it writes the converter's unstructured copy of it
+    (``_document`` passes such a value as it is; anything else goes through the converter)."""
+    plain = True
+    stack = [(obj, 1)]
     while stack:
-        v = stack.pop()
-        if isinstance(v, dict):
-            stack.extend(v.values())
-        elif isinstance(v, (list, tuple)):
-            stack.extend(v)
-        elif isinstance(v, float) and not math.isfinite(v):
-            raise InvalidState(f"session {sid}: {where} holds {v!r}, which JSON cannot hold "
-                               "(it would be stored as null)", session_id=sid,
-                               reason="not_json")
+        v, depth = stack.pop()
+        t = type(v)
+        if t is dict:
+            if plain and (depth > _PLAIN_DEPTH or not all(type(k) is str for k in v)):
+                plain = False
+            stack.extend((x, depth + 1) for x in v.values())
+        elif t is list or t is tuple:
+            if depth > _PLAIN_DEPTH:
+                plain = False
+            stack.extend((x, depth + 1) for x in v)
+        elif t is float:
+            if not math.isfinite(v):
+                _not_finite(v, sid, where)
+        elif t is not str and t is not int and t is not bool and v is not None:
+            plain = False  # a subclass, an attrs instance, an enum, ...: the converter's
+            if isinstance(v, dict):
+                stack.extend((x, depth + 1) for x in v.values())
+            elif isinstance(v, (list, tuple)):
+                stack.extend((x, depth + 1) for x in v)
+            elif isinstance(v, float) and not math.isfinite(v):
+                _not_finite(v, sid, where)
+    return plain
+
+
+# orjson refuses nesting past 255 levels (TypeError: not_json); the converter may hit Python's
+# recursion limit first on a deeper value (too_deep): past this depth the converter decides
+_PLAIN_DEPTH = 200
+
+
+def _not_finite(v: float, sid: str, where: str) -> None:
+    raise InvalidState(f"session {sid}: {where} holds {v!r}, which JSON cannot hold "
+                       "(it would be stored as null)", session_id=sid, reason="not_json")
+
+
+def _document(s: Session, ref: HistoryRef | None, lanes: dict[str, HistoryRef]
+              ) -> dict[str, Any]:
+    """``session_to_dict(s, ref, lanes, fragments=True)`` written out by hand for a session of
+    the model's own classes whose free-form values are plain JSON (the caller checked them:
+    ``_check_finite``): the same keys in the same order, the same values for ``orjson`` — with
+    no converter to build (its unstructure functions are generated on first use: milliseconds
+    of the first commit of a process, bench/README.md "first_commit_vs_warm") and no copy.
+    tests/test_codec.py checks it writes the converter's bytes."""
+    t = s.turn
+    turn: dict[str, Any] | None = None
+    if t is not None:
+        turn = {"id": t.id, "started_at": t.started_at, "checkpoint_at": t.checkpoint_at,
+                "phase": t.phase, "resume_attempts": t.resume_attempts,
+                "ledger": [{"tool_call_id": e.tool_call_id, "name": e.name, "effect": e.effect,
+                            "idempotency_key": e.idempotency_key, "status": e.status,
+                            "intent_at": e.intent_at, "outcome_at": e.outcome_at,
+                            "result": e.result, "arguments": e.arguments} for e in t.ledger],
+                "node_id": t.node_id, "route_key": t.route_key, "driver": t.driver,
+                "run_id": t.run_id, "attempt_id": t.attempt_id}
+    d: dict[str, Any] = {
+        "format": SESSION_FORMAT, "id": s.id, "version": s.version, "commit_id": s.commit_id,
+        "created_at": s.created_at, "updated_at": s.updated_at, "source": s.source,
+        "route_key": s.route_key, "in_progress": s.in_progress, "turn": turn,
+        "history": ref.to_dict(True) if ref is not None else None}
+    if lanes:
+        d["lanes"] = {k: lanes[k].to_dict(True) for k in sorted(lanes)}
+    d["summary"], d["metadata"] = s.summary, s.metadata
+    return d
 
 
 def history_ref(s: Session) -> HistoryRef | None:
     """The stored history ``s`` names (None: no messages); InvalidState if some of its messages
     are not stored yet (only the commit function writes them: ``_commit``)."""
-    from ._history import History
-
     msgs = s.messages
     if isinstance(msgs, History) and not msgs.tail and msgs.chain is not None:
         if msgs.chain.sid != s.id:
@@ -215,8 +272,6 @@ def history_ref(s: Session) -> HistoryRef | None:
 def lane_refs(s: Session) -> dict[str, HistoryRef]:
     """The stored chain each non-empty lane of ``s`` names; InvalidState if a lane has values
     not stored yet (only the commit function writes them) or a name out of shape."""
-    from ._history import History
-
     out: dict[str, HistoryRef] = {}
     for name in sorted(s.lanes):
         values = s.lanes[name]
@@ -262,12 +317,23 @@ def encode_session(s: Session, ref: HistoryRef | bool | None = True,
     transcript."""
     import orjson
 
-    _check_finite(s.metadata, s.id, "metadata")
-    if s.turn is not None and s.turn.ledger:
-        _check_finite([e.arguments for e in s.turn.ledger], s.id, "the ledger's arguments")
+    plain = _check_finite(s.metadata, s.id, "metadata") and type(s) is Session
+    turn = s.turn
+    if turn is not None:
+        plain = plain and type(turn) is Turn
+        if turn.ledger:
+            plain = (_check_finite([e.arguments for e in turn.ledger], s.id,
+                                   "the ledger's arguments")
+                     and plain and all(type(e) is LedgerEntry for e in turn.ledger))
     try:
-        return orjson.dumps(session_to_dict(s, ref, lanes, fragments=True),
-                            option=orjson.OPT_APPEND_NEWLINE)
+        if plain:
+            if ref is True:
+                ref = history_ref(s)
+            doc = _document(s, ref if isinstance(ref, HistoryRef) else None,
+                            lane_refs(s) if lanes is None else lanes)
+        else:
+            doc = session_to_dict(s, ref, lanes, fragments=True)
+        return orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE)
     except TypeError as e:  # orjson: not serialisable, over 64 bits, nested over 255 levels
         raise InvalidState(f"session {s.id} is not JSON-serialisable: {e}", session_id=s.id,
                            reason="not_json") from e

@@ -12,6 +12,7 @@ clock, the node, the store's ``FileCache`` and two reads — never over the ``St
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 
 from . import _discovery, _fsio
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
     from ._config import Config
     from ._filecache import FileCache
-    from ._history import Chain
+    from ._history import Chain, History
     from ._layout import Layout
     from ._model import Session
 
@@ -52,12 +53,38 @@ class Context:
 
 
 def evolve(inst: _T, **changes: Any) -> _T:
-    """``attrs.evolve``, with attrs imported on first use (off the startup path): the store's
-    sessions and turns are attrs classes, its startup path does not import attrs."""
-    import attrs
+    """``attrs.evolve``: a new instance of ``inst``'s class with ``changes`` (validators run),
+    the class's init fields looked up once (``_INIT``) instead of on every call — a checkpoint
+    evolves three times — and attrs imported on first use (off the startup path: the store's
+    sessions and turns are attrs classes, its startup path does not import attrs)."""
+    cls: Any = inst.__class__
+    names = _INIT.get(cls)
+    if names is None:
+        import attrs
 
-    new: _T = attrs.evolve(inst, **changes)  # type: ignore[misc]
+        names = _INIT[cls] = tuple((a.name, a.alias) for a in attrs.fields(cls) if a.init)
+    for name, alias in names:
+        if alias not in changes:
+            changes[alias] = getattr(inst, name)
+    new: _T = cls(**changes)
     return new
+
+
+_INIT: dict[type, tuple[tuple[str, str], ...]] = {}  # (name, init alias) of each init field
+_LAZY: list[Any] = []
+
+
+def _lazy() -> tuple[Callable[..., bytes], type[History[Any]], type[Chain]]:
+    """``encode_session``, ``History`` and ``Chain``: imported by the first commit (with attrs
+    and cattrs: off the startup path), then kept — not imported again by every commit."""
+    if not _LAZY:
+        from ._codec import encode_session
+        from ._history import Chain, History
+
+        _LAZY[:] = [encode_session, History, Chain]
+    return _LAZY[0], _LAZY[1], _LAZY[2]
+
+
 
 
 def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
@@ -85,8 +112,7 @@ def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
     the turn already, else (a new turn) this node: a commit never moves a turn silently.
     Raises InvalidState (nothing written) if the file would exceed ``max_file_bytes``.
     """
-    from ._codec import encode_session
-
+    encode_session, History, _ = _lazy()
     sid = validate_session_id(new.id)
     disk, disk_commit = ctx.ident(sid)
     want = new.commit_id if base_commit_id is None else base_commit_id
@@ -106,8 +132,9 @@ def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
     s = evolve(new, version=max(base + 1, at_least), updated_at=ctx.clock(),
                 commit_id=os.urandom(8).hex())
     m: Marker | None = None
+    mpath = ctx.layout.marker(sid)
     if s.turn is not None:
-        m, s = marker_due(ctx, sid, s, owner)
+        m, s = marker_due(ctx, sid, s, owner, mpath)
     chain, segment = plan_history(ctx, sid, s)
     lanes, segments = plan_lanes(ctx, sid, s)
     if segment is not None:
@@ -132,12 +159,17 @@ def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
     for seg in segments:  # step 0: the new values, durable before anything names them
         write_segment(ctx, sid, *seg)
     if chain is not None or lanes or s.lanes:
-        from ._history import History
-
-        if chain is not None:
-            s = evolve(s, messages=History(chain))
-        s = evolve(s, lanes={k: History(c) for k, c in lanes.items()})
-    mpath = ctx.layout.marker(sid)
+        stored: dict[str, Any] = {}  # the history the document names, as the session's
+        msgs = s.messages
+        if chain is not None and not (isinstance(msgs, History) and msgs.chain is chain
+                                      and not msgs.tail):  # else it is that already
+            stored["messages"] = History(chain)
+        if s.lanes.keys() != lanes.keys() or not all(
+                isinstance(v, History) and v.chain is lanes[k] and not v.tail
+                for k, v in s.lanes.items()):
+            stored["lanes"] = {k: History(c) for k, c in lanes.items()}
+        if stored:
+            s = evolve(s, **stored)
     if m is not None:
         try:
             mst = _fsio.write_atomic(mpath, mdata, durable=ctx.config.fsync)
@@ -178,10 +210,7 @@ def plan_history(ctx: Context, sid: str, s: Session
     messages), ``start`` moves forward and nothing is written; anything else is appended whole
     and ``start`` moves past what it replaced (the old messages stay in the chain as archive:
     never lost silently)."""
-    import operator
-
-    from ._history import Chain, History
-
+    _, History, Chain = _lazy()
     msgs = s.messages
     if isinstance(msgs, History) and (msgs.chain is None or msgs.chain.sid == sid):
         base, tail = msgs.chain, msgs.tail
@@ -211,10 +240,12 @@ def plan_lanes(ctx: Context, sid: str, s: Session
     A lane that is a ``History`` of this session's lane keeps its chain (cut or not: a
     ``prefix`` writes nothing) and its tail is its new segment; any other sequence is written
     whole as a new chain (the old one's segments are then unreferenced: the repair gate's)."""
-    from ._history import LANE_RE, History
-
     chains: dict[str, Chain] = {}
     segments: list[tuple[str, bytes]] = []
+    if not s.lanes:
+        return chains, segments
+    from ._history import LANE_RE, History
+
     for lane in sorted(s.lanes):
         values = s.lanes[lane]
         if LANE_RE.fullmatch(lane) is None:
@@ -282,18 +313,19 @@ def write_segment(ctx: Context, sid: str, name: str, data: bytes) -> None:
                            session_id=sid, reason=e.reason, errno=e.errno) from e
 
 
-def marker_due(ctx: Context, sid: str, s: Session, owner: str | None
-               ) -> tuple[Marker | None, Session]:
+def marker_due(ctx: Context, sid: str, s: Session, owner: str | None,
+               mpath: str | None = None) -> tuple[Marker | None, Session]:
     """For in-progress ``s``: (the marker to write, or None if the one on disk says the same —
     same turn, node, route, source and attempts, checkpoint within ``marker_refresh``; ``s``
     with its turn's owner node and route filled in).
 
     The owner is ``owner`` if given (a claim, an adoption), else the one the session names,
     else the one the marker of the same turn names (a session of format 2), else this node.
-    The turn's route is the one it started under (the session's if not yet set)."""
+    The turn's route is the one it started under (the session's if not yet set). ``mpath``:
+    the marker's path, if the caller has it already."""
     turn = s.turn
     assert turn is not None
-    st = _fsio.lstat(ctx.layout.marker(sid))
+    st = _fsio.lstat(mpath if mpath is not None else ctx.layout.marker(sid))
     cur: Marker | None = None
     if st is not None:
         cur = ctx.cache.marker(sid, st)

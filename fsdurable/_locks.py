@@ -1,64 +1,150 @@
-"""Cross-process, cross-thread exclusive locks on sidecar files (portalocker / flock).
+"""Cross-process, cross-thread exclusive locks on sidecar files (``flock``; portalocker where
+there is no ``fcntl``).
 
 Lock files live in the machine-local state dir (never in the store, so no sync tool carries them)
 and are never the file that gets replaced: locking a file that a rename swaps out locks nothing.
-``flock`` locks belong to an open file, so two threads of one process exclude each other as well as
-two processes; a lock held by a process that died is released by the kernel.
-Lock files are never deleted (deleting a lock file races with a waiter that opened it).
+A lock held by a process that died is released by the kernel. Lock files are never deleted
+(deleting a lock file races with a waiter that opened it).
+
+How a lock is taken. On POSIX: ``fcntl.flock(fd, LOCK_EX | LOCK_NB)``, tried again with a
+growing pause until the timeout — the call portalocker (the declared lock dependency) makes on
+POSIX, made directly. ``import portalocker`` cost 19.8 ms on the bench machine (portalocker
+4.4's ``__about__`` reads the package's own version through ``importlib.metadata``, which
+loads the ``email`` package), 24 times a warm commit, and the first commit of every process
+paid it (bench/README.md, "first_commit_vs_warm"). Where there is no ``fcntl`` (Windows),
+portalocker takes the lock (``LockFileEx``), imported on the first lock (``_FLOCK``: which one).
+
+Open lock files are kept between holds, in one cache for the process (``_FILES``, by path,
+least recently used closed past ``KEEP``): a commit then costs a lock and an unlock, not an
+open and a close as well (bench/README.md, "Commit"). A ``flock`` belongs to the open file, and
+holders of one open file do not exclude each other: so each cached file has a
+``threading.Lock``, taken first (within the same timeout), and threads of this process — and two
+``Store`` objects of one store in it — exclude each other through it; other processes through the
+``flock``. A file is closed only when no thread holds or waits for it.
 
 A ``flock`` lock belongs to the open file, and ``fork`` shares open files with the child: a tool
 that starts a helper with ``multiprocessing`` (fork) would keep the turn's route lock for as long
 as the helper lives, after the agent died — recovery would find the route busy. So a forked child
-closes its copies of every lock file this process holds (``os.register_at_fork``); the parent's
-locks are untouched (closing one descriptor of a shared open file releases nothing). ``exec``
-closes them too (``O_CLOEXEC``).
+closes its copies of every lock file this process has open, held or cached
+(``os.register_at_fork``), and starts with an empty cache; the parent's locks are untouched
+(closing one descriptor of a shared open file releases nothing). ``exec`` closes them too
+(``O_CLOEXEC``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
-from typing import IO, Any
+from contextlib import suppress
+from typing import Any
 
 from . import _fsio
 from ._errors import LockTimeout
 
+try:
+    import fcntl
+
+    _FLOCK = True  # POSIX: flock directly; False: portalocker (tests force it to keep it tested)
+except ImportError:  # Windows
+    _FLOCK = False
+
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_BINARY = getattr(os, "O_BINARY", 0)
+KEEP = 64  # lock files kept open when no one holds them (per process)
 
 
-# the lock files this process has open (held or being waited for), by descriptor; a forked
-# child closes them
-_HELD: dict[int, IO[Any]] = {}
-_HELD_MU = threading.Lock()
+class _File:
+    """One open lock file: its descriptor's file object, the threads' lock, and how many threads
+    hold or wait for it (it is closed only at 0)."""
+
+    __slots__ = ("fh", "mu", "path", "users")
+
+    def __init__(self, path: str, fh: Any) -> None:
+        self.path = path
+        self.fh = fh
+        self.mu = threading.Lock()
+        self.users = 0
 
 
-def _close_held_in_child() -> None:
+# the lock files this process has open, by path, least recently used first; a forked child
+# closes them. _MU guards it (and is taken around a fork: no descriptor escapes mid-open).
+_FILES: dict[str, _File] = {}
+_MU = threading.Lock()
+
+
+def _close_in_child() -> None:
     """``after_in_child`` of a fork: drop the inherited lock files (the only thread here is the
-    forking one, so the registry is read without its mutex, which may have been held)."""
-    global _HELD_MU
-    _HELD_MU = threading.Lock()
-    held = list(_HELD.values())
-    _HELD.clear()
-    for fh in held:
+    forking one, so the cache is read without its mutex, which may have been held). A hold the
+    forking thread is inside finds its file closed and releases nothing."""
+    global _MU
+    _MU = threading.Lock()
+    files = list(_FILES.values())
+    _FILES.clear()
+    for f in files:
         with suppress(OSError):
-            fh.close()
+            f.fh.close()
 
 
 if hasattr(os, "register_at_fork"):
-    # a fork waits while a lock file is being opened and registered: no descriptor escapes
-    os.register_at_fork(before=lambda: _HELD_MU.acquire(),
-                        after_in_parent=lambda: _HELD_MU.release(),
-                        after_in_child=_close_held_in_child)
+    os.register_at_fork(before=lambda: _MU.acquire(), after_in_parent=lambda: _MU.release(),
+                        after_in_child=_close_in_child)
 
 
 def _lock_name(kind: str, key: str) -> str:
+    import hashlib
+
     digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return f"{kind}-{digest}.lock"
+
+
+def _try_lock(fh: Any) -> BaseException | None:
+    """One non-blocking try for the exclusive lock: None if taken, else why not."""
+    if _FLOCK:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:  # EWOULDBLOCK: held elsewhere (portalocker's AlreadyLocked)
+            return e
+        return None
+    import portalocker
+
+    try:
+        portalocker.lock(fh, portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING)
+    except portalocker.exceptions.LockException as e:
+        return e
+    return None
+
+
+def _unlock(fh: Any) -> None:
+    if _FLOCK:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    else:
+        import portalocker
+
+        portalocker.unlock(fh)
+
+
+def _release(f: _File, *, close: bool = False) -> None:
+    """A thread is done with ``f``; close it if asked (then it is not cached any more), and the
+    least recently used idle files past ``KEEP``."""
+    drop: list[_File] = []
+    with _MU:
+        f.users -= 1
+        if close and _FILES.get(f.path) is f:
+            del _FILES[f.path]
+        if close and f.users == 0:
+            drop.append(f)
+        if len(_FILES) > KEEP:
+            for old in list(_FILES.values()):
+                if len(_FILES) <= KEEP:
+                    break
+                if old.users == 0:
+                    del _FILES[old.path]
+                    drop.append(old)
+        for old in drop:  # under _MU: a fork never sees a half-closed file in the cache
+            with suppress(OSError):
+                old.fh.close()
 
 
 class Locks:
@@ -68,48 +154,95 @@ class Locks:
         self.directory = directory
         self._made = False
         self._mk = threading.Lock()
+        self._paths: dict[tuple[str, str], str] = {}
 
     def _path(self, kind: str, key: str) -> str:
+        path = self._paths.get((kind, key))
+        if path is not None:
+            return path
         if not self._made:
             with self._mk:
                 _fsio.makedirs(self.directory, durable=False)
                 self._made = True
-        return os.path.join(self.directory, _lock_name(kind, key))
+        path = os.path.join(self.directory, _lock_name(kind, key))
+        if len(self._paths) >= 4 * KEEP:
+            self._paths.clear()
+        self._paths[(kind, key)] = path
+        return path
 
-    @contextmanager
+    @staticmethod
+    def _file(path: str) -> _File:
+        """The open lock file at ``path`` (opened if not cached), counted as in use."""
+        with _MU:
+            f = _FILES.pop(path, None)
+            if f is None or f.fh.closed:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY,
+                             0o600)
+                f = _File(path, os.fdopen(fd, "r+b", buffering=0))
+            _FILES[path] = f  # the most recently used last
+            f.users += 1
+            return f
+
     def hold(self, kind: str, key: str, *, timeout: float, poll: float = 0.002,
-             session_id: str | None = None) -> Iterator[None]:
-        """Hold the exclusive ``kind`` lock for ``key``; LockTimeout after ``timeout`` seconds."""
-        import portalocker
+             session_id: str | None = None) -> _Hold:
+        """Hold the exclusive ``kind`` lock for ``key`` (a context manager); LockTimeout after
+        ``timeout`` seconds."""
+        return _Hold(self._path(kind, key), kind, key, timeout, poll, session_id)
 
-        path = self._path(kind, key)
-        with _HELD_MU:  # registered from the start: a lock taken later is on this open file
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC, 0o600)
-            fh: IO[Any] = os.fdopen(fd, "r+b")
-            _HELD[fd] = fh
+
+class _Hold:
+    """One hold of a lock (``Locks.hold``): a class, not a generator, as ``storage_errors``
+    is — it wraps every commit. ``__exit__`` may run in another thread than ``__enter__``
+    (``AsyncStore.lock`` enters and leaves in worker threads)."""
+
+    __slots__ = ("f", "key", "kind", "path", "poll", "session_id", "timeout")
+
+    def __init__(self, path: str, kind: str, key: str, timeout: float, poll: float,
+                 session_id: str | None) -> None:
+        self.path, self.kind, self.key = path, kind, key
+        self.timeout, self.poll, self.session_id = timeout, poll, session_id
+        self.f: _File | None = None
+
+    def _timeout(self, why: str = "") -> LockTimeout:
+        return LockTimeout(f"{self.kind} lock for {self.key!r} still held after "
+                           f"{self.timeout:g}s{why}", path=self.path,
+                           session_id=self.session_id, reason="timeout")
+
+    def __enter__(self) -> None:
+        timeout = self.timeout
+        deadline = time.monotonic() + timeout
+        f = Locks._file(self.path)
         try:
-            deadline = time.monotonic() + timeout
-            delay = poll
-            flags = portalocker.LockFlags.EXCLUSIVE | portalocker.LockFlags.NON_BLOCKING
-            while True:
-                try:
-                    portalocker.lock(fh, flags)
-                    break
-                except portalocker.exceptions.LockException as e:
+            # this process's threads first (they share the open file), then the other processes
+            if not f.mu.acquire(True, min(max(timeout, 0.0), threading.TIMEOUT_MAX)):
+                raise self._timeout(" (by this process)")
+            try:
+                delay = self.poll
+                while (busy := _try_lock(f.fh)) is not None:
                     now = time.monotonic()
                     if now >= deadline:
-                        raise LockTimeout(
-                            f"{kind} lock for {key!r} still held after {timeout:g}s",
-                            path=path, session_id=session_id, reason="timeout",
-                        ) from e
+                        raise self._timeout() from busy
                     time.sleep(min(delay, deadline - now))
                     delay = min(delay * 2, 0.05)
-            try:
-                yield
-            finally:
-                if not fh.closed:  # closed: this is a forked child, which never held it
-                    portalocker.unlock(fh)
+            except BaseException:
+                f.mu.release()
+                raise
+        except BaseException:
+            _release(f)
+            raise
+        self.f = f
+
+    def __exit__(self, *exc: object) -> None:
+        f, self.f = self.f, None
+        if f is None:
+            return
+        close = False
+        try:
+            if not f.fh.closed:  # closed: this is a forked child, which never held it
+                try:
+                    _unlock(f.fh)
+                except Exception:  # closing the file releases it for sure
+                    close = True
         finally:
-            with _HELD_MU:
-                _HELD.pop(fd, None)
-            fh.close()
+            f.mu.release()
+            _release(f, close=close)

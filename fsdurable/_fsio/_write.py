@@ -119,22 +119,23 @@ class _Steps:
     def __init__(self, path: str, *, overwrite: bool, durable: bool) -> None:
         super().__init__(path, mode="wb", overwrite=overwrite)  # type: ignore[call-arg]
         self._durable = durable
+        self.directory = os.path.dirname(path)
         self._tmp = ""
-        self._keep = -1  # a second descriptor of the temp file, open across the rename
+        self._keep = -1  # the temp file's descriptor, open across the rename (closed by us)
         self.final: os.stat_result | None = None
 
     def get_fileobject(self, **kwargs: Any) -> IO[bytes]:
         # as mkstemp does: O_CREAT|O_EXCL, mode 0600, never through a link; but the name is
         # chosen first so the recorder sees the create BEFORE it happens (an injected fault then
         # leaves nothing behind, like a real ENOSPC); keep the descriptor instead of reopening
-        # by name as atomicwrites does.
-        import secrets
-
-        directory = os.path.dirname(self._path)
-        prefix = temp_prefix(os.path.basename(self._path))
+        # by name as atomicwrites does: the file object atomicwrites closes leaves it open
+        # (closefd=False, unbuffered) for the stat after the rename. The random part is
+        # os.urandom's, as secrets.token_hex's is (without importing secrets, which the first
+        # commit of a process paid 0.5 ms for).
+        prefix = os.path.join(self.directory, temp_prefix(os.path.basename(self._path)))
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
         while True:
-            name = os.path.join(directory, prefix + secrets.token_hex(6) + TEMP_SUFFIX)
+            name = prefix + os.urandom(6).hex() + TEMP_SUFFIX
             _rec("create", name)
             try:
                 fd = os.open(name, flags, FILE_MODE)
@@ -142,8 +143,8 @@ class _Steps:
             except FileExistsError:  # 48 random bits: practically never
                 continue
         self._tmp = name
-        self._keep = os.dup(fd)
-        return os.fdopen(fd, "wb")
+        self._keep = fd
+        return open(fd, "wb", buffering=0, closefd=False)  # atomicwrites closes it, not the fd
 
     def sync(self, f: IO[bytes]) -> None:
         f.flush()
@@ -224,14 +225,16 @@ def write_atomic(
         try:
             with writer.open() as f:  # atomicwrites: get_fileobject, sync, commit | rollback
                 _rec("write", writer._tmp, data)
-                f.write(data)
+                view = memoryview(data)
+                while view:  # unbuffered: a short write (a signal, ENOSPC part-way) goes on
+                    view = view[f.write(view):]
             final = writer.final
             assert final is not None
         finally:
             writer.close_keep()
     if durable and dir_sync:
         try:
-            fsync_dir(os.path.dirname(path))
+            fsync_dir(writer.directory)
         except OSError as e:  # renamed already: the new content is in place, not proven durable
             name = errno.errorcode.get(e.errno or 0, str(e.errno))
             raise DurabilityUnknown(
