@@ -174,7 +174,7 @@ def chat(store: Any, work: str, p: dict[str, Any]) -> dict[str, Any]:
                       "wchar_vs_content": ours["wchar"] / content,
                       "floor_write_bytes_vs_content": floor["write_bytes"] / content,
                       "seconds_vs_floor_append": seconds / floor_s}}
-    sample = texts[: p.get("breakdown_turns", 20)]  # untimed: reading /proc/self/io per step
+    sample = texts[: p.get("breakdown_turns", 50)]  # untimed: reading /proc/self/io per step
     out["breakdown"] = {"turns": len(sample), "fsdurable": chat_breakdown(store, sid, sample),
                         "floor_append": floor_breakdown(os.path.join(work, "floor-b"), sample)}
     log(f"  chat of {turns} turns: {out['ratios']}; per turn: {out['breakdown']}")
@@ -182,10 +182,10 @@ def chat(store: Any, work: str, p: dict[str, Any]) -> dict[str, Any]:
 
 
 def floor_turns(floor_dir: str, texts: list[tuple[str, str]],
-                at: Any = None) -> None:
+                at: Any = None, turn: Any = None) -> None:
     """The append-only floor's turns: marker (temp, fsync, rename, dir fsync); the two messages
     appended with an fdatasync each; marker removed (unlink, dir fsync). ``at(kind, op)``
-    (untimed runs) is called before each operation."""
+    (untimed runs) is called before each operation, ``turn()`` after each turn."""
     marker = os.path.join(floor_dir, "marker.json")
     dfd = os.open(floor_dir, os.O_RDONLY)
     fd = os.open(os.path.join(floor_dir, "chat.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
@@ -212,33 +212,50 @@ def floor_turns(floor_dir: str, texts: list[tuple[str, str]],
         os.unlink(marker)
         note("marker", "dir_fsync")
         os.fsync(dfd)
-    note("")
+        if turn is not None:
+            turn()
     os.close(fd)
     os.close(dfd)
 
 
 class _PerKind:
-    """``write_bytes`` (``/proc/self/io``) and disk operations per kind of file: each delta of
-    ``write_bytes`` goes to the step announced before it (the store's ``_fsio`` recorder, or
-    the floor's own steps)."""
+    """``write_bytes`` (``/proc/self/io``) and disk operations per kind of file, turn by turn:
+    each delta of ``write_bytes`` goes to the step announced before it (the store's ``_fsio``
+    recorder, or the floor's own steps). Reported per turn: the median of each kind's bytes
+    (a page the kernel's writeback cleans and the process dirties again lands in one turn; a
+    median keeps it out of the others), the mean of its operations."""
 
     def __init__(self) -> None:
-        self.by: dict[str, dict[str, int]] = {}
+        self.turns: list[dict[str, dict[str, int]]] = [{}]
         self.kind = ""
         self.last = io_counters()["write_bytes"]
 
     def at(self, kind: str, op: str = "") -> None:
         now = io_counters()["write_bytes"]
+        by = self.turns[-1]
         if self.kind:
-            row = self.by.setdefault(self.kind, {"write_bytes": 0})
+            row = by.setdefault(self.kind, {"write_bytes": 0})
             row["write_bytes"] += now - self.last
         self.kind, self.last = kind, now
         if kind and op:
-            row = self.by.setdefault(kind, {"write_bytes": 0})
+            row = by.setdefault(kind, {"write_bytes": 0})
             row[op] = row.get(op, 0) + 1
 
-    def per_turn(self, turns: int) -> dict[str, dict[str, float]]:
-        return {k: {op: n / turns for op, n in v.items()} for k, v in sorted(self.by.items())}
+    def turn(self) -> None:
+        self.at("")
+        self.turns.append({})
+
+    def per_turn(self) -> dict[str, dict[str, float]]:
+        turns = [t for t in self.turns if t]
+        kinds = sorted({k for t in turns for k in t})
+        out: dict[str, dict[str, float]] = {}
+        for k in kinds:
+            rows = [t.get(k, {"write_bytes": 0}) for t in turns]
+            wb = sorted(r["write_bytes"] for r in rows)
+            ops = sorted({op for r in rows for op in r} - {"write_bytes"})
+            out[k] = {"write_bytes": wb[len(wb) // 2],
+                      **{op: sum(r.get(op, 0) for r in rows) / len(rows) for op in ops}}
+        return out
 
 
 def chat_breakdown(store: Any, sid: str, texts: list[tuple[str, str]]) -> dict[str, Any]:
@@ -262,17 +279,17 @@ def chat_breakdown(store: Any, sid: str, texts: list[tuple[str, str]]) -> dict[s
             s = store.begin_turn(sid, q)
             s = store.checkpoint(s, phase="model_reply")
             store.end_turn(s, a)
+            pk.turn()
     finally:
         _fsio.set_recorder(prev)
-    pk.at("")
-    return pk.per_turn(len(texts))
+    return pk.per_turn()
 
 
 def floor_breakdown(floor_dir: str, texts: list[tuple[str, str]]) -> dict[str, Any]:
     os.makedirs(floor_dir)
     pk = _PerKind()
-    floor_turns(floor_dir, texts, pk.at)
-    return pk.per_turn(len(texts))
+    floor_turns(floor_dir, texts, pk.at, pk.turn)
+    return pk.per_turn()
 
 
 def rsync_turn(work: str, p: dict[str, Any]) -> dict[str, Any]:

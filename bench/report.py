@@ -247,7 +247,8 @@ def chat_breakdown(c: dict[str, Any]) -> str:
             rows.append([who, kind, size(int(v["write_bytes"])),
                          ", ".join(f"{v[o]:g} {o}" for o in ops if v.get(o))])
     return (f"\n\nPer turn, by kind of file ({b['turns']} more turns of the same chat, every disk "
-            "operation recorded; `write_bytes` counts whole pages):\n\n"
+            "operation recorded: the median turn's `write_bytes`, which counts whole pages, and "
+            "the mean count of each operation):\n\n"
             + table(["", "file", "write_bytes", "operations"], rows))
 
 
