@@ -9,7 +9,9 @@ of this node only. A node directory written by fsdurable before this layout (fla
 node moves its own into ``@legacy/`` at its first append.
 
 Every decision recovery makes, every quarantine and every repair is an event: nothing surprising
-happens silently. Events are appended durably (fsync) and fanned out to in-process subscribers.
+happens silently. Events are appended durably (fsync) and fanned out to in-process subscribers;
+one that restates a commit already durable (``turn_started``) is appended with ``note``, its
+fsync left to the log's next durable append (docs/events.md, "When a line is fsynced").
 An event that cannot be written is never dropped silently: the subscribers still get it, it is
 logged (``logging``, logger ``fsdurable``) and kept in memory, and written before the next event.
 An appender always starts on a fresh line (a torn tail stays one bad line). A directory of the log
