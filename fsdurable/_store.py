@@ -136,7 +136,7 @@ class Store:
         except (OSError, FsDurableError):
             return None
 
-    def note(self, code: str, **kw: Any) -> Event | None:
+    def _note(self, code: str, **kw: Any) -> Event | None:
         """``emit`` for an event restating a commit already durable (``EventLog.note``: its
         line is fsynced with the log's next durable event, not on its own)."""
         try:

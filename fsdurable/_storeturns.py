@@ -54,7 +54,7 @@ def begin_turn(self: Store, session_id: str, content: str | None = None, *, role
 
     s = self.patch(session_id, start)
     # the document just committed says what this event says: fsynced with the turn's end
-    self.note(ev.TURN_STARTED, session_id=s.id, turn_id=tid, **(detail or {}))
+    self._note(ev.TURN_STARTED, session_id=s.id, turn_id=tid, **(detail or {}))
     return s
 
 def checkpoint(self: Store, session: Session, *, phase: str | None = None) -> Session:

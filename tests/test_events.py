@@ -218,7 +218,7 @@ def test_a_noted_line_in_another_file_is_fsynced_by_the_next_durable_event(
     a, b = store.create("a").id, store.create("b").id
     store.emit("first", session_id=a)
     store.emit("first", session_id=b)
-    assert _ops(store, lambda: store.note("noted", session_id=a)) == [("append", "a")]
+    assert _ops(store, lambda: store.log.note("noted", session_id=a)) == [("append", "a")]
     # another session's event: its own append and fsync, then the noted file's fsync
     assert _ops(store, lambda: store.emit("other", session_id=b)) == [
         ("append", "b"), ("fsync", "b"), ("fsync", "a")]
@@ -229,6 +229,6 @@ def test_a_noted_line_in_another_file_is_fsynced_by_the_next_durable_event(
 
 def test_a_noted_event_that_creates_its_file_is_durable_at_once(store: Store) -> None:
     # a new day file: its directory entry must last too, so nothing is left for later
-    assert _ops(store, lambda: store.note("noted", session_id="n")) == [
+    assert _ops(store, lambda: store.log.note("noted", session_id="n")) == [
         ("append", "n"), ("fsync", "n")]
     assert store.log._unsynced == set()
