@@ -162,27 +162,9 @@ def chat(store: Any, work: str, p: dict[str, Any]) -> dict[str, Any]:
     ours = {k: after[k] - before[k] for k in after}
     floor_dir = os.path.join(work, "chat-floor")
     os.makedirs(floor_dir)
-    marker = os.path.join(floor_dir, "marker.json")
-    log_path = os.path.join(floor_dir, "chat.jsonl")
-    dfd = os.open(floor_dir, os.O_RDONLY)
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     before, t0 = io_counters(), time.perf_counter()
-    for q, a in texts:  # marker (temp, fsync, rename, dir fsync); two appends; marker removed
-        tmp = marker + ".tmp"
-        mfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.write(mfd, b'{"session_id":"chat","turn_id":"t"}\n')
-        os.fsync(mfd)
-        os.close(mfd)
-        os.replace(tmp, marker)
-        os.fsync(dfd)
-        for text in (q, a):
-            os.write(fd, json.dumps({"role": "user", "content": text}).encode() + b"\n")
-            os.fdatasync(fd)
-        os.unlink(marker)
-        os.fsync(dfd)
+    floor_turns(floor_dir, texts)
     floor_s, after = time.perf_counter() - t0, io_counters()
-    os.close(fd)
-    os.close(dfd)
     floor = {k: after[k] - before[k] for k in after}
     if not floor["write_bytes"]:
         raise RuntimeError("write_bytes stayed 0 (tmpfs?): bytes written cannot be measured here")
@@ -192,8 +174,122 @@ def chat(store: Any, work: str, p: dict[str, Any]) -> dict[str, Any]:
                       "wchar_vs_content": ours["wchar"] / content,
                       "floor_write_bytes_vs_content": floor["write_bytes"] / content,
                       "seconds_vs_floor_append": seconds / floor_s}}
-    log(f"  chat of {turns} turns: {out['ratios']}")
+    sample = texts[: p.get("breakdown_turns", 50)]  # untimed: reading /proc/self/io per step
+    out["breakdown"] = {"turns": len(sample), "fsdurable": chat_breakdown(store, sid, sample),
+                        "floor_append": floor_breakdown(os.path.join(work, "floor-b"), sample)}
+    log(f"  chat of {turns} turns: {out['ratios']}; per turn: {out['breakdown']}")
     return out
+
+
+def floor_turns(floor_dir: str, texts: list[tuple[str, str]],
+                at: Any = None, turn: Any = None) -> None:
+    """The append-only floor's turns: marker (temp, fsync, rename, dir fsync); the two messages
+    appended with an fdatasync each; marker removed (unlink, dir fsync). ``at(kind, op)``
+    (untimed runs) is called before each operation, ``turn()`` after each turn."""
+    marker = os.path.join(floor_dir, "marker.json")
+    dfd = os.open(floor_dir, os.O_RDONLY)
+    fd = os.open(os.path.join(floor_dir, "chat.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                 0o600)
+    note = at or (lambda kind, op="": None)
+    for q, a in texts:
+        note("marker", "write")
+        tmp = marker + ".tmp"
+        mfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.write(mfd, b'{"session_id":"chat","turn_id":"t"}\n')
+        note("marker", "fsync")
+        os.fsync(mfd)
+        os.close(mfd)
+        note("marker", "rename")
+        os.replace(tmp, marker)
+        note("marker", "dir_fsync")
+        os.fsync(dfd)
+        for text in (q, a):
+            note("log", "append")
+            os.write(fd, json.dumps({"role": "user", "content": text}).encode() + b"\n")
+            note("log", "fsync")
+            os.fdatasync(fd)
+        note("marker", "unlink")
+        os.unlink(marker)
+        note("marker", "dir_fsync")
+        os.fsync(dfd)
+        if turn is not None:
+            turn()
+    os.close(fd)
+    os.close(dfd)
+
+
+class _PerKind:
+    """``write_bytes`` (``/proc/self/io``) and disk operations per kind of file, turn by turn:
+    each delta of ``write_bytes`` goes to the step announced before it (the store's ``_fsio``
+    recorder, or the floor's own steps). Reported per turn: the median of each kind's bytes
+    (a page the kernel's writeback cleans and the process dirties again lands in one turn; a
+    median keeps it out of the others), the mean of its operations."""
+
+    def __init__(self) -> None:
+        self.turns: list[dict[str, dict[str, int]]] = [{}]
+        self.kind = ""
+        self.last = io_counters()["write_bytes"]
+
+    def at(self, kind: str, op: str = "") -> None:
+        now = io_counters()["write_bytes"]
+        by = self.turns[-1]
+        if self.kind:
+            row = by.setdefault(self.kind, {"write_bytes": 0})
+            row["write_bytes"] += now - self.last
+        self.kind, self.last = kind, now
+        if kind and op:
+            row = by.setdefault(kind, {"write_bytes": 0})
+            row[op] = row.get(op, 0) + 1
+
+    def turn(self) -> None:
+        self.at("")
+        self.turns.append({})
+
+    def per_turn(self) -> dict[str, dict[str, float]]:
+        turns = [t for t in self.turns if t]
+        kinds = sorted({k for t in turns for k in t})
+        out: dict[str, dict[str, float]] = {}
+        for k in kinds:
+            rows = [t.get(k, {"write_bytes": 0}) for t in turns]
+            wb = sorted(r["write_bytes"] for r in rows)
+            ops = sorted({op for r in rows for op in r} - {"write_bytes"})
+            out[k] = {"write_bytes": wb[len(wb) // 2],
+                      **{op: sum(r.get(op, 0) for r in rows) / len(rows) for op in ops}}
+        return out
+
+
+def chat_breakdown(store: Any, sid: str, texts: list[tuple[str, str]]) -> dict[str, Any]:
+    """More turns of the chat with every ``_fsio`` operation recorded: per turn, per kind of
+    file (marker, session document, segment, event log), its ``write_bytes`` and its writes,
+    appends, fsyncs (files and directories), renames and unlinks."""
+    from fsdurable import _fsio
+
+    kinds = {"markers": "marker", "sessions": "document", "history": "segment",
+             "events": "event"}
+    pk = _PerKind()
+
+    def rec(op: str, args: tuple[Any, ...]) -> None:
+        rel = os.path.relpath(str(args[0]), store.root).split(os.sep)
+        kind = kinds.get(rel[0], "other")
+        pk.at(kind, {"fsync_dir": "dir_fsync", "create": "", "mkdir": ""}.get(op, op))
+
+    prev = _fsio.set_recorder(rec)
+    try:
+        for q, a in texts:
+            s = store.begin_turn(sid, q)
+            s = store.checkpoint(s, phase="model_reply")
+            store.end_turn(s, a)
+            pk.turn()
+    finally:
+        _fsio.set_recorder(prev)
+    return pk.per_turn()
+
+
+def floor_breakdown(floor_dir: str, texts: list[tuple[str, str]]) -> dict[str, Any]:
+    os.makedirs(floor_dir)
+    pk = _PerKind()
+    floor_turns(floor_dir, texts, pk.at, pk.turn)
+    return pk.per_turn()
 
 
 def rsync_turn(work: str, p: dict[str, Any]) -> dict[str, Any]:
@@ -215,27 +311,34 @@ def rsync_turn(work: str, p: dict[str, Any]) -> dict[str, Any]:
         store.end_turn(s, _text(rng, 2000))
     mirror = os.path.join(work, "mirror")
 
-    def sync() -> int:
+    def sync() -> dict[str, int]:
         got = subprocess.run(["rsync", "-a", "--no-whole-file", "--stats", store.root + "/",
                               mirror + "/"], capture_output=True, text=True, check=True)
-        m = re.search(r"Total bytes sent: ([\d,.]+)", got.stdout)
-        if m is None:
-            raise RuntimeError(f"rsync --stats said no 'Total bytes sent': {got.stdout[:300]}")
-        return int(re.sub(r"[,.]", "", m.group(1)))
+        out = {}
+        for key, label in (("sent", "Total bytes sent"), ("literal", "Literal data")):
+            m = re.search(label + r": ([\d,.]+)", got.stdout)
+            if m is None:
+                raise RuntimeError(f"rsync --stats said no '{label}': {got.stdout[:300]}")
+            out[key] = int(re.sub(r"[,.]", "", m.group(1)))
+        return out
 
     sync()
-    unchanged = sync()  # rsync's own floor: the file list of a store where nothing changed
+    unchanged = sync()["sent"]  # rsync's own floor: the file list of a store where nothing changed
     rng = random.Random(5)
     q, a = _text(rng, 2000), _text(rng, 2000)
     s = store.begin_turn(sid, q)
     store.end_turn(store.checkpoint(s, phase="model_reply"), a)
-    sent = sync()
+    got = sync()
+    sent = got["sent"]
     content = len(q.encode()) + len(a.encode())
     files = sum(len(fs) for _, _, fs in os.walk(store.root))
     out = {"messages": p["rsync_messages"], "files_in_store": files,
            "turn_content_bytes": content, "bytes_sent": sent, "ratio": sent / content,
            "bytes_sent_nothing_changed": unchanged,
-           "ratio_above_file_list": (sent - unchanged) / content}
+           "ratio_above_file_list": (sent - unchanged) / content,
+           # of what it sent, the changed files' bytes it had no match for (--stats'
+           # "Literal data"; its "File list size" says 0 with incremental recursion)
+           "literal_bytes": got["literal"]}
     log(f"  rsync after one turn at {p['rsync_messages']} messages: {out}")
     return out
 

@@ -237,6 +237,23 @@ def commit(d: dict[str, Any]) -> str:
     return out
 
 
+def chat_breakdown(c: dict[str, Any]) -> str:
+    """The chat's bytes to storage per turn, by kind of file (``bench.growth.chat_breakdown``)."""
+    b = c.get("breakdown")
+    if not b:
+        return ""
+    ops = ("write", "append", "fsync", "dir_fsync", "rename", "unlink")
+    rows = []
+    for who in ("fsdurable", "floor_append"):
+        for kind, v in b[who].items():
+            rows.append([who, kind, size(int(v["write_bytes"])),
+                         ", ".join(f"{v[o]:g} {o}" for o in ops if v.get(o))])
+    return (f"\n\nPer turn, by kind of file ({b['turns']} more turns of the same chat, every disk "
+            "operation recorded: the median turn's `write_bytes`, which counts whole pages, and "
+            "the mean count of each operation):\n\n"
+            + table(["", "file", "write_bytes", "operations"], rows))
+
+
 GROWTH_COLS = ("checkpoint", "append_checkpoint", "patch", "begin_turn", "floor_append",
                "floor_rename")
 
@@ -264,13 +281,17 @@ def growth(d: dict[str, Any]) -> str:
                     size(f["write_bytes"]), x(f["write_bytes"] / c["content_bytes"])],
                    ["append-only floor", fmt_time(fl["seconds"]), size(fl["wchar"]),
                     size(fl["write_bytes"]), x(fl["write_bytes"] / c["content_bytes"])]]))
+    out += chat_breakdown(c)
     r = d["rsync"]
     out += (f"\n\n`rsync -a --no-whole-file` after one turn of a {r['messages']:,}-message "
             f"session ({r['files_in_store']:,} files in the store) sends "
             f"{size(r['bytes_sent'])} for {size(r['turn_content_bytes'])} of new messages "
             f"({x(r['ratio'])}); with nothing changed it sends "
             f"{size(r['bytes_sent_nothing_changed'])} (its file list), so the turn itself costs "
-            f"{x(r['ratio_above_file_list'])} its content.")
+            f"{x(r['ratio_above_file_list'])} its content"
+            + (f" ({size(r['literal_bytes'])} of it the changed files' new bytes: the new "
+               "segment, the document, the event log's new lines)." if "literal_bytes" in r
+               else "."))
     tp = d["throughput"]
     out += ("\n\nReading a whole history (a fresh `Store`, `load`, `tuple(messages)`) against "
             "`orjson.loads` of the same messages as one file:\n\n" +

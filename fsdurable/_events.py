@@ -9,7 +9,9 @@ of this node only. A node directory written by fsdurable before this layout (fla
 node moves its own into ``@legacy/`` at its first append.
 
 Every decision recovery makes, every quarantine and every repair is an event: nothing surprising
-happens silently. Events are appended durably (fsync) and fanned out to in-process subscribers.
+happens silently. Events are appended durably (fsync) and fanned out to in-process subscribers;
+one that restates a commit already durable (``turn_started``) is appended with ``note``, its
+fsync left to the log's next durable append (docs/events.md, "When a line is fsynced").
 An event that cannot be written is never dropped silently: the subscribers still get it, it is
 logged (``logging``, logger ``fsdurable``) and kept in memory, and written before the next event.
 An appender always starts on a fresh line (a torn tail stays one bad line). A directory of the log
@@ -98,6 +100,7 @@ class EventLog:
         self._made: set[str] = set()  # directories this process made or checked
         self._node_dir: str | None = None
         self._unwritten: collections.deque[Event] = collections.deque()
+        self._unsynced: set[str] = set()  # day files a ``note`` appended to, not fsynced yet
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
         """Call ``fn(event)`` for each event this process emits; returns an unsubscribe function."""
@@ -122,8 +125,23 @@ class EventLog:
 
         If the disk refuses the append, the event still reaches the subscribers, is logged and
         kept for the next append, and the error is raised afterwards: a decision is never lost
-        from view.
+        from view. The lines ``note`` left unsynced are fsynced with it.
         """
+        return self._emit(code, session_id, turn_id, reason, detail, durable=True)
+
+    def note(self, code: str, *, session_id: str | None = None, turn_id: str | None = None,
+             reason: str | None = None, **detail: Any) -> Event:
+        """``emit`` for an event that restates a commit already durable in its session
+        (``turn_started``: the document in progress names the turn, its driver, run and
+        attempt): appended without an fsync of its own; the next durable append of this log
+        (the turn's end, any ``emit``) fsyncs its file. A process that dies loses nothing (the
+        line is in the page cache); a power cut before that fsync may lose the line, never the
+        turn (its marker and session are durable). The one page the line shares with the
+        turn's last event is then written once, not twice (docs/events.md)."""
+        return self._emit(code, session_id, turn_id, reason, detail, durable=False)
+
+    def _emit(self, code: str, session_id: str | None, turn_id: str | None,
+              reason: str | None, detail: dict[str, Any], *, durable: bool) -> Event:
         ev = Event(at=self._clock(), code=code, session_id=session_id, turn_id=turn_id,
                    node_id=self.node_id, reason=reason, detail=detail)
         failure: FsDurableError | OSError | None = None
@@ -131,8 +149,11 @@ class EventLog:
             self._unwritten.append(ev)
             try:
                 while self._unwritten:  # the ones the disk refused before go first, in order
-                    self._append(self._unwritten[0])
+                    head = self._unwritten[0]
+                    self._append(head, durable=durable or head is not ev)
                     self._unwritten.popleft()
+                if durable:
+                    self._sync_unsynced()
             except (FsDurableError, OSError) as e:
                 failure = e
                 while len(self._unwritten) > MAX_UNWRITTEN:
@@ -150,17 +171,34 @@ class EventLog:
 
     # ------------------------------------------------------------------ appending
 
-    def _append(self, ev: Event) -> None:
+    def _append(self, ev: Event, *, durable: bool = True) -> None:
         d = self._session_dir(ev.session_id or STORE_KEY)
         path = os.path.join(d, day_of(ev.at) + ".jsonl")
         line = encode_event(ev)
         try:
-            _fsio.append_line(path, line, durable=self._durable)
+            left = _fsio.append_line(path, line, durable=self._durable, lazy=not durable)
         except FileNotFoundError:  # its directory was pruned meanwhile: make it again
             self._made.discard(d)
-            _fsio.append_line(os.path.join(self._session_dir(ev.session_id or STORE_KEY),
-                                           day_of(ev.at) + ".jsonl"), line,
-                              durable=self._durable)
+            path = os.path.join(self._session_dir(ev.session_id or STORE_KEY),
+                                day_of(ev.at) + ".jsonl")
+            left = _fsio.append_line(path, line, durable=self._durable, lazy=not durable)
+        if left:
+            self._unsynced.add(path)
+        else:  # fsynced: whatever a note left in this file is durable with it
+            self._unsynced.discard(path)
+
+    def _sync_unsynced(self) -> None:
+        """fsync the day files ``note`` appended to since (a file pruned meanwhile is gone). A
+        refusal (EIO) is logged and the file kept for the next durable append: the event that
+        asked is written, and a note's line is only as durable as the page cache until then."""
+        for path in list(self._unsynced):
+            try:
+                _fsio.fsync_file(path)
+            except (FsDurableError, OSError) as e:
+                _warn(f"the event log file {path} could not be fsynced ({e}); retried with the "
+                      "next event")
+                continue
+            self._unsynced.discard(path)
 
     def _dir(self, parent: str, name: str) -> str:
         """``parent/name`` made (0700), or ``parent/name.alt`` if that is a symlink or a file."""

@@ -136,6 +136,14 @@ class Store:
         except (OSError, FsDurableError):
             return None
 
+    def _note(self, code: str, **kw: Any) -> Event | None:
+        """``emit`` for an event restating a commit already durable (``EventLog.note``: its
+        line is fsynced with the log's next durable event, not on its own)."""
+        try:
+            return self.log.note(code, **kw)
+        except (OSError, FsDurableError):
+            return None
+
     def events(self, session_id: str | None = None) -> list[Event]:
         """Every node's events (optionally one session's, a validated id), oldest first."""
         return self.log.read(None if session_id is None else validate_session_id(session_id))

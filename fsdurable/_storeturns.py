@@ -53,7 +53,8 @@ def begin_turn(self: Store, session_id: str, content: str | None = None, *, role
         return change(new) if change is not None else new
 
     s = self.patch(session_id, start)
-    self.emit(ev.TURN_STARTED, session_id=s.id, turn_id=tid, **(detail or {}))
+    # the document just committed says what this event says: fsynced with the turn's end
+    self._note(ev.TURN_STARTED, session_id=s.id, turn_id=tid, **(detail or {}))
     return s
 
 def checkpoint(self: Store, session: Session, *, phase: str | None = None) -> Session:

@@ -182,3 +182,53 @@ def test_doctor_repair_applies_the_retention(root: Path) -> None:
 def test_retention_must_be_positive() -> None:
     with pytest.raises(ValueError, match="event_retention"):
         Config(event_retention=0)
+
+
+def _ops(store: Store, fn: Any) -> list[tuple[str, str]]:
+    got: list[tuple[str, str]] = []
+
+    def rec(op: str, args: tuple[Any, ...]) -> None:
+        if op in ("append", "fsync") and "events" in str(args[0]):
+            got.append((op, os.path.basename(os.path.dirname(str(args[0])))))
+
+    old = _fsio.set_recorder(rec)
+    try:
+        fn()
+    finally:
+        _fsio.set_recorder(old)
+    return got
+
+
+def test_turn_started_is_fsynced_with_the_turns_end_not_on_its_own(store: Store) -> None:
+    # issue 18: the turn_started line and the turn's last event share a page of the day file;
+    # fsynced apart, the page went to storage twice a turn (one fsync more, too)
+    sid = store.create("s").id
+    store.end_turn(store.begin_turn(sid, "hi"), "there")  # the day file exists from here
+    box: dict[str, Any] = {}
+    begun = _ops(store, lambda: box.setdefault("s", store.begin_turn(sid, "again")))
+    assert begun == [("append", "s")]  # written (a dead process loses nothing), not fsynced
+    assert [e.code for e in store.events(sid)][-1] == "turn_started"
+    ended = _ops(store, lambda: store.end_turn(box["s"], "ok"))
+    assert ended == [("append", "s"), ("fsync", "s")]  # one fsync covers both lines
+    assert store.log._unsynced == set()
+
+
+def test_a_noted_line_in_another_file_is_fsynced_by_the_next_durable_event(
+        store: Store) -> None:
+    a, b = store.create("a").id, store.create("b").id
+    store.emit("first", session_id=a)
+    store.emit("first", session_id=b)
+    assert _ops(store, lambda: store.log.note("noted", session_id=a)) == [("append", "a")]
+    # another session's event: its own append and fsync, then the noted file's fsync
+    assert _ops(store, lambda: store.emit("other", session_id=b)) == [
+        ("append", "b"), ("fsync", "b"), ("fsync", "a")]
+    assert _ops(store, lambda: store.emit("again", session_id=b)) == [
+        ("append", "b"), ("fsync", "b")]
+    assert [e.code for e in store.events(a)] == ["first", "noted"]
+
+
+def test_a_noted_event_that_creates_its_file_is_durable_at_once(store: Store) -> None:
+    # a new day file: its directory entry must last too, so nothing is left for later
+    assert _ops(store, lambda: store.log.note("noted", session_id="n")) == [
+        ("append", "n"), ("fsync", "n")]
+    assert store.log._unsynced == set()

@@ -36,6 +36,7 @@ from ._write import (
     append_line,
     chmod,
     fsync_dir,
+    fsync_file,
     link,
     makedirs,
     rename,
@@ -46,6 +47,6 @@ from ._write import (
 )
 
 __all__ = ["DIR_MODE", "FILE_MODE", "append_at", "append_line", "chmod", "fsync_dir",
-           "holds_modes", "iter_lines", "link", "list_names", "lstat", "makedirs",
+           "fsync_file", "holds_modes", "iter_lines", "link", "list_names", "lstat", "makedirs",
            "read_bounded", "read_prefix", "read_span", "rename", "rmdir", "set_recorder",
            "storage_errors", "unlink", "write_atomic", "write_new"]

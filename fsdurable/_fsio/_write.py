@@ -380,12 +380,16 @@ def makedirs(path: str, *, durable: bool = True) -> None:
             fsync_dir(parent)
 
 
-def append_line(path: str, line: bytes, *, durable: bool = True) -> None:
+def append_line(path: str, line: bytes, *, durable: bool = True, lazy: bool = False) -> bool:
     """Append one line to a log file (created 0600, never through a symlink).
 
     The line always starts on a fresh line: a file whose last byte is not a newline (a crash
     mid-append, a zero-filled tail after a power cut, an ENOSPC short write) first gets one, so
-    the torn line stays one bad line and this one is read whole."""
+    the torn line stays one bad line and this one is read whole.
+
+    ``lazy`` (with ``durable``): the file's fsync is left to the caller (``fsync_file``, before
+    anything needs the line to last) unless this append created the file, which is then made
+    durable here, its directory too. Returns True if the fsync was left to the caller."""
     with storage_errors(path, "append"):
         _rec("append", path, line)
         flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
@@ -397,11 +401,29 @@ def append_line(path: str, line: bytes, *, durable: bool = True) -> None:
                 os.lseek(fd, size - 1, os.SEEK_SET)  # O_APPEND: the write still goes to the end
                 if os.read(fd, 1) != b"\n":
                     line = b"\n" + line
-            _write_all(fd, line, path, durable)
+            left = durable and lazy and existed
+            _write_all(fd, line, path, durable and not left)
         finally:
             os.close(fd)
         if durable and not existed:
             fsync_dir(os.path.dirname(path))
+        return left
+
+
+def fsync_file(path: str) -> bool:
+    """fsync an existing file (its data and metadata), never through a symlink: the appends a
+    ``lazy`` ``append_line`` left unsynced. False (nothing done) if it is gone."""
+    with storage_errors(path, "fsync"):
+        try:
+            fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK)
+        except FileNotFoundError:
+            return False
+        try:
+            _rec("fsync", path)
+            _fsync_fd(fd)
+        finally:
+            os.close(fd)
+        return True
 
 
 def rmdir(path: str, *, durable: bool = True) -> bool:
