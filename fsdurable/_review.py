@@ -219,11 +219,12 @@ def answer_review(store: Store, session_id: str, *, ran: bool,
     return done
 
 
-def rerunnable(s: Session) -> list[dict[str, Any]]:
-    """The answers a re-run may follow: "did not run", not re-run yet (each names its call)."""
+def rerunnable(s: Session, *, rerun: bool = False) -> list[dict[str, Any]]:
+    """The answers a re-run may follow: "did not run", not re-run yet (each names its call).
+    ``rerun``: instead those already re-run (or started again), which a re-run refuses."""
     return [a for a in _answers(s).values() if isinstance(a, dict) and "turn_id" in a
-            and a.get("answer") == DID_NOT_RUN and "rerun_at" not in a
-            and "rerun_started_at" not in a]
+            and a.get("answer") == DID_NOT_RUN
+            and ("rerun_at" in a or "rerun_started_at" in a) is rerun]
 
 
 def rerun_call(store: Store, loop: Any, session_id: str, tool_call_id: str) -> str:

@@ -225,6 +225,33 @@ def test_two_concurrent_reruns_run_the_call_once(root: Path, tmp_path: Path,
     assert e.detail["result"] == "charged 42"
 
 
+def test_a_second_rerun_after_the_first_ended_is_refused_as_already_run(
+        root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The concurrent test's other order: the second ``--rerun`` (no ``--call``) starts after
+    the first has recorded its result. It is refused by the re-run's own check ("already run
+    again", exit 1), not answered with a usage error listing no call (it was: the call was
+    chosen among the calls not yet re-run, before the lock, and there were none)."""
+    charges = tmp_path / "charges"
+    charges.mkdir()
+    monkeypatch.setenv(CHARGES_ENV, str(charges))
+    st = Store(root)
+    loop_died_in_charge(st, "order")
+    [o] = recover(st, charge_host(st)).outcomes
+    assert o.outcome == "review_required"
+    assert run(capsys, "review", "order", "--did-not-run", "--root", str(root))[0] == 0
+    argv = ("review", "order", "--rerun", "--host", "tests.test_review_turns:charge_host",
+            "--root", str(root))
+    assert run(capsys, *argv)[0] == 0
+    capsys.readouterr()
+    code = main([*argv, "--json"])
+    captured = capsys.readouterr()
+    assert code == 1, (code, captured)
+    err = json.loads(captured.out or captured.err)
+    assert "already run again" in json.dumps(err), err
+    assert len(list(charges.iterdir())) == 1
+
+
 def test_ran_without_call_is_refused_when_several_calls_wait(
         root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 17 item 19: ``--ran`` without ``--call`` would record "ran" for calls nobody

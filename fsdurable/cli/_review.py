@@ -105,7 +105,10 @@ def _to_rerun(st: Any, session_id: str, given: str | None) -> tuple[str, str]:
         return given, given
     from .._review import rerunnable
 
-    calls = rerunnable(st.load(session_id))
+    s = st.load(session_id)
+    # none left: the one already re-run (another process's re-run may just have ended) is
+    # named, and the re-run's own check, under its lock, refuses it and says so
+    calls = rerunnable(s) or rerunnable(s, rerun=True)
     if len(calls) != 1:
         usage("say which call to run again: --call TOOL_CALL_ID (answered 'did not run' and not "
               f"yet re-run: {', '.join(str(c['idempotency_key']) for c in calls) or 'none'})")
