@@ -1,14 +1,13 @@
 """Where every file lives, which names belong to the store, and the machine-local state dir.
 
-Pure path logic: nothing here reads or writes a file except ``node_id`` (its own tiny file).
+Pure path logic: nothing here reads or writes a file except ``node_id`` (its own tiny file). What
+any other name in a store directory is (a temp file, a sync tool's conflict copy) is ``_names``'s.
 """
 
 from __future__ import annotations
 
-import enum
 import errno
 import os
-import re
 import sys
 
 from ._errors import InvalidRoot, InvalidSessionId
@@ -34,28 +33,6 @@ _RESERVED = frozenset(
     + [f"COM{i}" for i in range(10)]
     + [f"LPT{i}" for i in range(10)]
 )
-# Conflict copies written by sync tools next to the file they could not merge (each tool keeps
-# the ``.json`` extension last, so a copy of anything but a session or a marker never matches):
-# Syncthing ``<id>.sync-conflict-<date>-<time>-<device>.json``; Dropbox
-# ``<id> (<host>'s conflicted copy <date>).json``; Nextcloud
-# ``<id> (conflicted copy <date> <time>).json``; Unison 2.52 (``copyonconflict``)
-# ``<id> (conflict_on_<date>).json``; any ``<id> (...conflict...).json``.
-_SYNCTHING = r"([A-Za-z0-9_-]{1,128})\.sync-conflict-[^/\\]*\.json"
-_CONFLICT = r"([A-Za-z0-9_-]{1,128})(?:\.json)? ?[.(][^/\\]*conflict[^/\\]*\.json"
-# In-flight files of sync tools that write beside the target and rename: rsync ``.<name>.XXXXXX``,
-# Nextcloud ``.<name>.~<hex>``, Syncthing ``.syncthing.<name>.tmp`` / ``~syncthing~<name>.tmp``,
-# Unison ``.unison.<name>.<hash>.unison.tmp``.
-_TOOL_TEMP = r"\.[^/\\]+\.json\.(?:[A-Za-z0-9]{6}|~[0-9a-fA-F]+)"
-# compiled on first use by classify() (doctor, sync, watch): ~0.7 ms that a process which only
-# opens a store and lists its markers never pays (bench/startup.py)
-_classifiers: list[re.Pattern[str]] = []
-
-
-def _patterns() -> list[re.Pattern[str]]:
-    if not _classifiers:
-        _classifiers.extend((re.compile(_SYNCTHING), re.compile(_CONFLICT, re.IGNORECASE),
-                             re.compile(_TOOL_TEMP)))
-    return _classifiers
 
 
 def validate_session_id(session_id: object) -> str:
@@ -85,30 +62,6 @@ def new_id() -> str:
     import secrets  # not at module top: off the startup path (bench/startup.py)
 
     return secrets.token_hex(16)
-
-
-class NameKind(enum.Enum):
-    OWN = "own"  # <id>.json: a session or a marker
-    TEMP = "temp"  # ~<name>.<random>.tmp (ours) or a sync tool's temp file
-    CONFLICT = "conflict"  # a sync tool's conflict copy of an own file
-    FOREIGN = "foreign"  # anything else
-
-
-def classify(name: str) -> tuple[NameKind, str | None]:
-    """Classify one directory entry name; returns (kind, session id it concerns or None)."""
-    sid = own_id(name)
-    if sid is not None:
-        return NameKind.OWN, sid
-    syncthing_re, conflict_re, tool_temp_re = _patterns()
-    for rx in (syncthing_re, conflict_re):
-        c = rx.fullmatch(name)
-        if c:
-            return NameKind.CONFLICT, c.group(1)
-    if (name.endswith(".tmp") and (
-        name.startswith(("~", ".syncthing.", ".unison.")) or ".unison." in name
-    )) or tool_temp_re.fullmatch(name):
-        return NameKind.TEMP, None
-    return NameKind.FOREIGN, None
 
 
 def own_id(name: str) -> str | None:
