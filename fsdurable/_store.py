@@ -106,7 +106,8 @@ class Store:
                                       reason="no_store")
             _fsio.makedirs(lay.root, durable=self._durable)
         for d in (lay.sessions, lay.markers, lay.events, lay.quarantine):
-            _fsio.makedirs(d, durable=self._durable)
+            if not _fsio.is_dir(d):  # there: nothing to write (and _fsio._write not loaded)
+                _fsio.makedirs(d, durable=self._durable)
         if st is not None:
             try:
                 data, _ = _fsio.read_bounded(lay.manifest, 1 << 16)

@@ -130,6 +130,15 @@ def lstat(path: str) -> os.stat_result | None:
         return None
 
 
+def is_dir(path: str) -> bool:
+    """Is a directory at ``path`` (itself: a symlink to one is not)? False if not, or if its
+    ``lstat`` fails (the caller's ``makedirs`` then says why)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def iter_lines(path: str, max_line: int, chunk: int = 1 << 20) -> Iterator[bytes | None]:
     """The lines of a log file, streamed (never the whole file in memory, whatever its size);
     never through a symlink. A line longer than ``max_line`` is yielded as None (skipped, so the
