@@ -131,6 +131,14 @@ class FileCache:
         with self._mu:
             self._marks[sid] = (key(st), m)
 
+    def saw_markers(self, seen: list[tuple[Marker, os.stat_result]]) -> None:
+        """``saw_marker`` of each (marker, stat) of a listing, under one hold of the lock."""
+        marks = self._marks
+        with self._mu:
+            for m, st in seen:
+                marks[m.session_id] = ((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                                        st.st_ctime_ns), m)  # key(st), inline
+
     def marker(self, sid: str, st: os.stat_result) -> Marker | None:
         """The marker seen in the file of stat ``st``; None if that file was not seen."""
         with self._mu:

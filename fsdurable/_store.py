@@ -334,13 +334,10 @@ class Store:
         first) and the bad ones as ``(session_id, reason)`` — unreadable, a newer format, or
         ``refused`` (the disk refused: EACCES, EIO). Reads only."""
         listing = _discovery.scan(self.layout, _discovery.marker_cap(self.config.max_file_bytes))
-        out = []
-        for m, st in listing.markers:
-            self._cache.saw_marker(m.session_id, st, m)
-            out.append(m)
+        self._cache.saw_markers(listing.markers)
         bad = sorted((sid, "refused" if isinstance(err, StorageError)
                       else (err.reason or "unreadable")) for sid, err in listing.bad)
-        return out, bad
+        return [m for m, _ in listing.markers], bad
 
     def read_marker(self, sid: str) -> Marker | None:
         """The marker of ``sid`` (None if there is none); UnreadableState if it is bad — a read

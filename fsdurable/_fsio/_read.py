@@ -197,10 +197,15 @@ def list_names(path: str, *, follow: bool = True) -> list[str]:
     if not follow:
         _own_dir(path)
     try:
-        with storage_errors(path, "list"), os.scandir(path) as it:
+        with os.scandir(path) as it:
             return [e.name for e in it]
     except FileNotFoundError:
         return []
+    except OSError as e:  # storage_errors' translation, in the except clause (startup path)
+        typed = storage_error(e, path, "list")
+        if typed is e:
+            raise
+        raise typed from e
 
 
 # Filesystems that cannot keep POSIX modes: every entry shows the mount's mask whatever chmod
