@@ -19,6 +19,29 @@ PARTS = ("startup", "discovery", "commit", "growth", "memory", "adapters", "even
          "langgraph", "pydantic_ai")
 
 
+# Issue 18's targets where a result file may carry a looser one (a file written before the
+# target was raised): every figure is judged here against the issue's target, so the README
+# never calls a value met against a target the issue does not set. The bench parts write the
+# same targets (bench/startup.py, bench/discovery.py, bench/growth.py).
+ISSUE_TARGETS: dict[tuple[str, str], tuple[str, float]] = {
+    ("discovery", "vs_floor_at_largest_n"): ("<=", 1.3),
+    ("startup", "cold_start_vs_floor"): ("<=", 1.3),
+    ("startup", "cli_interrupted_vs_floor"): ("<=", 1.3),
+    ("startup", "cli_recover_dry_run_vs_floor"): ("<=", 1.3),
+    ("growth", "small_checkpoint_vs_floor_rename"): ("<=", 1.3),
+}
+
+
+def judge(data: dict[str, Any]) -> None:
+    """Apply ``ISSUE_TARGETS`` to the loaded results (target text and ``met``)."""
+    for (part, key), (op, limit) in ISSUE_TARGETS.items():
+        t = data.get(part, {}).get("targets", {}).get(key)
+        if t is None or t.get("value") is None:
+            continue
+        t["target"] = f"{op} {limit:g}"
+        t["met"] = t["value"] <= limit if op == "<=" else t["value"] >= limit
+
+
 def load(results: str) -> dict[str, Any]:
     out = {}
     for name in PARTS:
@@ -26,6 +49,7 @@ def load(results: str) -> dict[str, Any]:
         if os.path.exists(path):
             with open(path, encoding="utf-8") as f:
                 out[name] = json.load(f)
+    judge(out)
     return out
 
 
@@ -511,25 +535,25 @@ def notes(data: dict[str, Any]) -> str:
             over = st["cold_start"]["over_interpreter_ms"]
             name = "cli" if key.startswith("cli_interrupted") else "cli_recover_dry_run"
             out.append(
-                f"- **{what}** is {x(t['value'])} the floor script: it adds "
-                f"{over.get(name, float('nan')):.1f} ms to the bare interpreter against "
-                f"fsdurable's {over['fsdurable']:.1f} ms for the same listing. The difference is "
-                "the CLI's own start: its argument parser (`argparse` imports `shutil` with the "
-                "compression modules, `gettext` and `locale`) and the dispatcher "
-                "(`fsdurable/cli/`); the listing and the verdicts themselves are the stdlib "
-                "discovery path measured above (tests/test_startup_imports.py checks the CLI "
-                "imports none of the forbidden modules). An argparse-free parse of these "
-                "commands' usual shapes is the remaining step.")
+                f"- **{what}** is {x(t['value'])} the floor script (target {t['target']}): it "
+                f"adds {over.get(name, float('nan')):.1f} ms to the bare interpreter against "
+                f"the floor's {over['floor']:.1f} ms and fsdurable's {over['fsdurable']:.1f} ms "
+                "for the same listing. Beyond the library's own start (above), the CLI's: the "
+                "console script pip writes (it compiles a regular expression), the dispatcher "
+                "and the recovery commands (`fsdurable/cli/`, parsed without argparse), the "
+                "gates, this machine's node id and the indented JSON document "
+                "(tests/test_startup_imports.py lists the modules this path must not load).")
     di = data.get("discovery")
     if di and not di["targets"]["vs_floor_at_largest_n"]["met"]:
         text = (
-            f"- **Discovery vs the floor** is {x(di['targets']['vs_floor_at_largest_n']['value'])}."
+            f"- **Discovery vs the floor** is {x(di['targets']['vs_floor_at_largest_n']['value'])}"
+            f" (target {di['targets']['vs_floor_at_largest_n']['target']})."
             " The floor parses each marker with bare `json.loads`; `interrupted()` reads it "
-            "without following symlinks, without blocking on a FIFO and with a size bound, wraps "
-            "each disk call in `_fsio`'s typed-`StorageError` translation (a generator-based "
-            "context manager, three per file), parses it strictly (no duplicate keys, no NaN, "
-            "exact types per field, format tag and migrations) and builds a frozen `Marker`. "
-            "Those guarantees are the cost; nothing in it grows with N.")
+            "without following symlinks, without blocking on a FIFO and with a size bound, "
+            "turns a refusal of the disk into a typed `StorageError`, parses it strictly (no "
+            "duplicate keys, no NaN, exact types per field, format tag and migrations) and "
+            "builds a frozen `Marker`. Those guarantees are the cost; nothing in it grows "
+            "with N.")
         b = di.get("breakdown")
         if b:
             r = b["results"]

@@ -60,14 +60,16 @@ def scan(layout: Layout, max_bytes: int) -> Listing:
         sid = own_id(name)
         if sid is None:
             continue
+        path = layout.marker(sid)  # read_marker's steps, inline: once per marker at startup
         try:
-            got = read_marker(layout, sid, max_bytes)
+            data, st = _fsio.read_bounded(path, max_bytes)
+            found.append((parse_marker(data, path=path, session_id=sid), st))
+        except FileNotFoundError:
+            continue  # removed since the listing: no longer interrupted
         except (UnreadableState, StorageError) as e:
             bad.append((sid, e))
-            continue
-        if got is not None:
-            found.append(got)
-    found.sort(key=lambda ms: (ms[0].checkpoint_at, ms[0].session_id))
+    if len(found) > 1:
+        found.sort(key=lambda ms: (ms[0].checkpoint_at, ms[0].session_id))
     return Listing(found, bad)
 
 

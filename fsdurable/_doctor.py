@@ -28,8 +28,9 @@ from ._errors import (
     StorageError,
     UnreadableState,
 )
-from ._layout import NameKind, classify, own_id
+from ._layout import own_id
 from ._model import Marker, Session
+from ._names import NameKind, classify
 from ._store import Store
 
 T = TypeVar("T")

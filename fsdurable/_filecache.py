@@ -14,7 +14,6 @@ from __future__ import annotations
 import _thread
 import re
 import time
-import weakref
 
 from . import _fsio
 from ._errors import UnreadableState
@@ -36,7 +35,9 @@ StatKey = tuple[int, int, int, int, int]
 # "racily clean" rule).
 RACY_WINDOW = 2.0
 # the file's first bytes as encode_session writes them: "version":N,"commit_id":"...", ...
-_PREFIX_RE = re.compile(rb'"version":(\d+),"commit_id":"([0-9A-Za-z]*)",', re.S)
+# (compiled on first use: a store that only lists its markers never checks a session's prefix)
+_PREFIX = rb'"version":(\d+),"commit_id":"([0-9A-Za-z]*)",'
+_prefix_re: list[re.Pattern[bytes]] = []
 
 
 def key(st: os.stat_result) -> StatKey:
@@ -62,8 +63,13 @@ class Seen:
         # the history chain the document names (weakly: what was read of it stays in memory
         # only while a session of the caller holds it); None if it names none
         c = getattr(s.messages, "chain", None)
-        self.chain: Any = None if c is None else weakref.ref(c)
-        self.ref: Any = None if c is None else c.ref
+        self.chain: Any = None
+        self.ref: Any = None
+        if c is not None:
+            import weakref  # not at the top: opening a store and listing markers never needs it
+
+            self.chain = weakref.ref(c)
+            self.ref = c.ref
 
 
 def _prefix_matches(path: str, seen: Seen) -> bool:
@@ -72,7 +78,9 @@ def _prefix_matches(path: str, seen: Seen) -> bool:
         head = _fsio.read_prefix(path, 1024)
     except (OSError, UnreadableState):
         return False
-    m = _PREFIX_RE.search(head)
+    if not _prefix_re:
+        _prefix_re.append(re.compile(_PREFIX, re.S))
+    m = _prefix_re[0].search(head)
     if m is None:
         return False
     return int(m.group(1)) == seen.version and m.group(2).decode() == seen.commit_id
@@ -122,6 +130,14 @@ class FileCache:
     def saw_marker(self, sid: str, st: os.stat_result, m: Marker) -> None:
         with self._mu:
             self._marks[sid] = (key(st), m)
+
+    def saw_markers(self, seen: list[tuple[Marker, os.stat_result]]) -> None:
+        """``saw_marker`` of each (marker, stat) of a listing, under one hold of the lock."""
+        marks = self._marks
+        with self._mu:
+            for m, st in seen:
+                marks[m.session_id] = ((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                                        st.st_ctime_ns), m)  # key(st), inline
 
     def marker(self, sid: str, st: os.stat_result) -> Marker | None:
         """The marker seen in the file of stat ``st``; None if that file was not seen."""

@@ -1,14 +1,13 @@
 """Where every file lives, which names belong to the store, and the machine-local state dir.
 
-Pure path logic: nothing here reads or writes a file except ``node_id`` (its own tiny file).
+Pure path logic: nothing here reads or writes a file except ``node_id`` (its own tiny file). What
+any other name in a store directory is (a temp file, a sync tool's conflict copy) is ``_names``'s.
 """
 
 from __future__ import annotations
 
-import enum
 import errno
 import os
-import re
 import sys
 
 from ._errors import InvalidRoot, InvalidSessionId
@@ -23,8 +22,10 @@ HISTORY = "history"  # write-once segments of each session's transcript: history
 LANGGRAPH = "langgraph"  # fsdurable.langgraph: one directory of immutable records per thread
 ENTRIES = "entries"  # immutable entry files of the framework adapters: entries/<kind>/<id>.json
 
-_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
-_OWN_NAME_RE = re.compile(r"([A-Za-z0-9_-]{1,128})\.json")
+# An id is 1-128 of [A-Za-z0-9_-] (a node id may hold dots too): checked by ``str.strip`` of these
+# characters, which leaves nothing of a good id, instead of a regular expression compiled at
+# import (the startup path checks the name of every marker and never needs ``re`` for it).
+_ID_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
 # Windows device names: a file called CON.json cannot be created on Windows, and a synced store
 # must open everywhere.
 _RESERVED = frozenset(
@@ -32,28 +33,6 @@ _RESERVED = frozenset(
     + [f"COM{i}" for i in range(10)]
     + [f"LPT{i}" for i in range(10)]
 )
-# Conflict copies written by sync tools next to the file they could not merge (each tool keeps
-# the ``.json`` extension last, so a copy of anything but a session or a marker never matches):
-# Syncthing ``<id>.sync-conflict-<date>-<time>-<device>.json``; Dropbox
-# ``<id> (<host>'s conflicted copy <date>).json``; Nextcloud
-# ``<id> (conflicted copy <date> <time>).json``; Unison 2.52 (``copyonconflict``)
-# ``<id> (conflict_on_<date>).json``; any ``<id> (...conflict...).json``.
-_SYNCTHING = r"([A-Za-z0-9_-]{1,128})\.sync-conflict-[^/\\]*\.json"
-_CONFLICT = r"([A-Za-z0-9_-]{1,128})(?:\.json)? ?[.(][^/\\]*conflict[^/\\]*\.json"
-# In-flight files of sync tools that write beside the target and rename: rsync ``.<name>.XXXXXX``,
-# Nextcloud ``.<name>.~<hex>``, Syncthing ``.syncthing.<name>.tmp`` / ``~syncthing~<name>.tmp``,
-# Unison ``.unison.<name>.<hash>.unison.tmp``.
-_TOOL_TEMP = r"\.[^/\\]+\.json\.(?:[A-Za-z0-9]{6}|~[0-9a-fA-F]+)"
-# compiled on first use by classify() (doctor, sync, watch): ~0.7 ms that a process which only
-# opens a store and lists its markers never pays (bench/startup.py)
-_classifiers: list[re.Pattern[str]] = []
-
-
-def _patterns() -> list[re.Pattern[str]]:
-    if not _classifiers:
-        _classifiers.extend((re.compile(_SYNCTHING), re.compile(_CONFLICT, re.IGNORECASE),
-                             re.compile(_TOOL_TEMP)))
-    return _classifiers
 
 
 def validate_session_id(session_id: object) -> str:
@@ -62,7 +41,7 @@ def validate_session_id(session_id: object) -> str:
         raise InvalidSessionId(
             f"session id must be a string, got {type(session_id).__name__}", reason="type"
         )
-    if not _ID_RE.fullmatch(session_id):
+    if not (0 < len(session_id) <= 128 and not session_id.strip(_ID_CHARS)):
         shown = session_id if len(session_id) <= 40 else session_id[:40] + "..."
         raise InvalidSessionId(
             f"invalid session id {shown!r}: use 1-128 of [A-Za-z0-9_-]",
@@ -85,35 +64,11 @@ def new_id() -> str:
     return secrets.token_hex(16)
 
 
-class NameKind(enum.Enum):
-    OWN = "own"  # <id>.json: a session or a marker
-    TEMP = "temp"  # ~<name>.<random>.tmp (ours) or a sync tool's temp file
-    CONFLICT = "conflict"  # a sync tool's conflict copy of an own file
-    FOREIGN = "foreign"  # anything else
-
-
-def classify(name: str) -> tuple[NameKind, str | None]:
-    """Classify one directory entry name; returns (kind, session id it concerns or None)."""
-    m = _OWN_NAME_RE.fullmatch(name)
-    if m and m.group(1).upper() not in _RESERVED:
-        return NameKind.OWN, m.group(1)
-    syncthing_re, conflict_re, tool_temp_re = _patterns()
-    for rx in (syncthing_re, conflict_re):
-        c = rx.fullmatch(name)
-        if c:
-            return NameKind.CONFLICT, c.group(1)
-    if (name.endswith(".tmp") and (
-        name.startswith(("~", ".syncthing.", ".unison.")) or ".unison." in name
-    )) or tool_temp_re.fullmatch(name):
-        return NameKind.TEMP, None
-    return NameKind.FOREIGN, None
-
-
 def own_id(name: str) -> str | None:
     """The session id if ``name`` is ``<valid id>.json``; the hot path of every listing."""
     if name.endswith(".json"):
         sid = name[:-5]
-        if _ID_RE.fullmatch(sid) and sid.upper() not in _RESERVED:
+        if 0 < len(sid) <= 128 and not sid.strip(_ID_CHARS) and sid.upper() not in _RESERVED:
             return sid
     return None
 
@@ -129,8 +84,8 @@ TEMP_SUFFIX = ".tmp"
 class Layout:
     """Absolute paths of one store."""
 
-    __slots__ = ("events", "history", "langgraph", "manifest", "markers", "quarantine", "root",
-                 "sessions")
+    __slots__ = ("_marker_dir", "_session_dir", "events", "history", "langgraph", "manifest",
+                 "markers", "quarantine", "root", "sessions")
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = os.path.abspath(os.fspath(root))
@@ -141,12 +96,16 @@ class Layout:
         self.quarantine = os.path.join(self.root, QUARANTINE)
         self.langgraph = os.path.join(self.root, LANGGRAPH)
         self.history = os.path.join(self.root, HISTORY)
+        # "<dir>/": a file's path is then one concatenation (os.path.join of a directory and an
+        # id's file name gives the same string; discovery builds one per marker)
+        self._session_dir = os.path.join(self.sessions, "")
+        self._marker_dir = os.path.join(self.markers, "")
 
     def session(self, session_id: str) -> str:
-        return os.path.join(self.sessions, session_id + ".json")
+        return self._session_dir + session_id + ".json"
 
     def marker(self, session_id: str) -> str:
-        return os.path.join(self.markers, session_id + ".json")
+        return self._marker_dir + session_id + ".json"
 
     def history_dir(self, session_id: str) -> str:
         """The directory of a session's history segments (created by its first segment)."""
@@ -257,13 +216,16 @@ def _outside(base: str, root: str) -> str:
     return real
 
 
-_NODE_RE = re.compile(r"[A-Za-z0-9_-](?:[A-Za-z0-9_.-]{0,126}[A-Za-z0-9_-])?")
+def _node_shaped(value: str) -> bool:
+    """1-128 of [A-Za-z0-9_.-], not starting or ending with a dot."""
+    return (0 < len(value) <= 128 and not value.strip(_ID_CHARS + ".") and value[0] != "."
+            and value[-1] != ".")
 
 
 def validate_node_id(node_id: object) -> str:
     """A node id: a session id's characters plus dots, so a host name (``laptop.local``) works;
     no leading or trailing dot (``.``/``..`` never; Windows drops a trailing dot)."""
-    if (isinstance(node_id, str) and _NODE_RE.fullmatch(node_id) and ".." not in node_id
+    if (isinstance(node_id, str) and _node_shaped(node_id) and ".." not in node_id
             and node_id.split(".")[0].upper() not in _RESERVED):  # CON.local is CON on Windows
         return node_id
     shown = repr(node_id)[:60]
@@ -284,9 +246,9 @@ def node_id(root: str | None = None) -> str:
         _outside(base, root)
     path = os.path.join(base, "node_id")
     try:
-        with open(path, encoding="ascii") as f:
-            value = f.read(200).strip()
-        if _NODE_RE.fullmatch(value):
+        with open(path, "rb") as f:  # bytes, decoded here: no text layer, no codec to load
+            value = f.read(200).decode("ascii").strip()
+        if _node_shaped(value):
             return value
     except (FileNotFoundError, UnicodeDecodeError):
         pass
@@ -304,7 +266,7 @@ def node_id(root: str | None = None) -> str:
         for _ in range(50):
             with open(path, encoding="ascii", errors="replace") as f:
                 theirs = f.read(200).strip()
-            if _ID_RE.fullmatch(theirs):
+            if 0 < len(theirs) <= 128 and not theirs.strip(_ID_CHARS):
                 return theirs
             time.sleep(0.02)  # an empty claim (no hard links): its writer renames it in soon
         # still empty or garbage: the leftover of a crash, not a live writer: replace it

@@ -21,8 +21,8 @@ import attrs
 from . import _fsio, _repair
 from ._codec import parse_session
 from ._errors import ConflictError, InvalidState, SessionNotFound
-from ._layout import classify
 from ._model import Session
+from ._names import classify
 from ._store import Store
 
 RESTORED = "quarantine_restored"

@@ -11,10 +11,9 @@ startup path, which imports no attrs, cattrs or orjson (``_codec`` has the sessi
 from __future__ import annotations
 
 import json
-import math
 
 from ._errors import InvalidState, UnreadableState
-from ._records import Event, Manifest, Marker
+from ._records import INF, Event, Manifest, Marker, checked_marker
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
 if TYPE_CHECKING:
@@ -62,7 +61,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _finite_float(text: str) -> float:
     v = float(text)
-    if not math.isfinite(v):  # 1e400 overflows to inf: as invalid as a NaN literal
+    if not -INF < v < INF:  # 1e400 overflows to inf: as invalid as a NaN literal
         raise ValueError(f"number {text} is out of range")
     return v
 
@@ -71,6 +70,21 @@ def _finite_float(text: str) -> float:
 # path parses every marker with it)
 _STRICT_JSON = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_reject_constant,
                                 parse_float=_finite_float)
+_SCAN: Callable[[str, int], tuple[Any, int]] = _STRICT_JSON.scan_once  # type: ignore[attr-defined]
+_WS: Callable[[str, int], Any] = json.decoder.WHITESPACE.match  # type: ignore[attr-defined]
+
+
+def _decode(text: str) -> Any:
+    """``_STRICT_JSON.decode(text)`` (json.decoder's decode and raw_decode, the same errors),
+    without its two Python-level calls: the startup path parses every marker with it."""
+    try:
+        obj, end = _SCAN(text, _WS(text, 0).end())
+    except StopIteration as err:
+        raise json.JSONDecodeError("Expecting value", text, err.value) from None
+    end = _WS(text, end).end()
+    if end != len(text):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return obj
 
 
 def loads_strict(data: bytes, *, path: str | None = None) -> dict[str, Any]:
@@ -79,7 +93,7 @@ def loads_strict(data: bytes, *, path: str | None = None) -> dict[str, Any]:
         text = data.decode("utf-8")
         if text.startswith("\ufeff"):
             raise ValueError("byte order mark")
-        obj = _STRICT_JSON.decode(text)
+        obj = _decode(text)
     except (ValueError, RecursionError) as e:
         raise UnreadableState(f"not valid JSON: {e}", path=path, reason="invalid_json") from e
     if not isinstance(obj, dict):
@@ -154,7 +168,7 @@ def _field(d: dict[str, Any], key: str, typ: type | tuple[type, ...], path: str 
     if v is None and optional:
         return None
     ok = isinstance(v, typ) and not (isinstance(v, bool) and bool not in _tuple(typ))
-    if ok and isinstance(v, float) and not math.isfinite(v):
+    if ok and isinstance(v, float) and not -INF < v < INF:
         ok = False
     if not ok:
         raise UnreadableState(
@@ -229,10 +243,9 @@ def _marker_fast(d: dict[str, Any]) -> Marker | None:
             and route.__class__ is str and source.__class__ is str and driver.__class__ is str
             and version.__class__ is int and attempts.__class__ is int
             and started.__class__ is float and checkpoint.__class__ is float
-            and math.isfinite(started) and math.isfinite(checkpoint)):
-        return Marker(session_id=sid, turn_id=tid, session_version=version, node_id=node,
-                      route_key=route, source=source, started_at=started,
-                      checkpoint_at=checkpoint, resume_attempts=attempts, driver=driver)
+            and -INF < started < INF and -INF < checkpoint < INF):
+        return checked_marker(sid, tid, version, node, route, source, started, checkpoint,
+                              attempts, driver)
     return None
 
 

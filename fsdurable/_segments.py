@@ -25,7 +25,7 @@ from . import _events as ev
 from . import _fsio
 from ._errors import FsDurableError, HistoryUnavailable, StorageError
 from ._history import NAME_RE, History
-from ._layout import NameKind, classify
+from ._names import NameKind, classify
 from ._repair import NOTHING, WAITING, Act, judge_session
 from ._store import Store
 

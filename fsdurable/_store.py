@@ -12,13 +12,10 @@ or wrote of each file is remembered by stat in a ``FileCache`` (``_filecache``).
 from __future__ import annotations
 
 import _thread
-import contextlib
 import os
 import time
-from contextlib import contextmanager
 
-from . import _commit, _discovery, _fsio, _storeturns
-from . import _events as ev
+from . import _discovery, _fsio
 from ._config import DEFAULT_CONFIG, Config
 from ._errors import (
     ConflictError,
@@ -35,7 +32,6 @@ from ._layout import (
     new_id,
     own_id,
     real_root,
-    state_dir,
     validate_node_id,
     validate_session_id,
 )
@@ -47,12 +43,34 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping, Sequence
     from typing import Any
 
+    from . import _commit, _storelocks, _storeturns
+    from . import _events as ev
     from ._model import Message, Session
     from ._watch import Change, StopEvent
 
 # Opening a store and listing its markers imports only the standard library (DESIGN.md "Layers",
 # tests/test_startup_imports.py): attrs, the model and the session codec are imported where a
-# session is read or built.
+# session is read or built; the commit function, the event log, the locks and the turn API (and
+# contextlib) where a session is changed or an event written.
+
+
+class _Later:
+    """A method of ``Store`` defined in another module (``self`` the store), imported on its first
+    lookup and then set on ``Store`` itself, where later lookups find a plain function: opening a
+    store and listing its markers never loads the locks, the turn API, the commit function or
+    the event log (tests/test_startup_imports.py)."""
+
+    def __init__(self, module: str) -> None:
+        self.module = module
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: object, owner: type | None = None) -> Any:
+        fn = getattr(__import__(f"{__package__}.{self.module}", fromlist=[self.name]), self.name)
+        setattr(Store, self.name, fn)
+        return fn if obj is None else fn.__get__(obj, owner)
 
 
 class Store:
@@ -72,10 +90,7 @@ class Store:
         self._held = _thread._local()  # threading.local, likewise
         self._locks: Any = None
         self._log: ev.EventLog | None = None
-        # the narrow view of this store the one commit function works over
-        self._ctx = _commit.Context(layout=self.layout, config=config, clock=clock,
-                                    cache=self._cache, node=lambda: self.node_id,
-                                    ident=self._disk_ident, marker=self._marker_raw)
+        self._context: _commit.Context | None = None  # _ctx, made by the first commit
         # why fsdurable.json could not be read at open (None: it could); see _open
         self.manifest_problem: str | None = None
         self.manifest = self._open(create)
@@ -91,7 +106,8 @@ class Store:
                                       reason="no_store")
             _fsio.makedirs(lay.root, durable=self._durable)
         for d in (lay.sessions, lay.markers, lay.events, lay.quarantine):
-            _fsio.makedirs(d, durable=self._durable)
+            if not _fsio.is_dir(d):  # there: nothing to write (and _fsio._write not loaded)
+                _fsio.makedirs(d, durable=self._durable)
         if st is not None:
             try:
                 data, _ = _fsio.read_bounded(lay.manifest, 1 << 16)
@@ -122,8 +138,21 @@ class Store:
         return self._node_id
 
     @property
+    def _ctx(self) -> _commit.Context:
+        """The narrow view of this store the one commit function works over."""
+        if self._context is None:
+            from . import _commit
+
+            self._context = _commit.Context(
+                layout=self.layout, config=self.config, clock=self.clock, cache=self._cache,
+                node=lambda: self.node_id, ident=self._disk_ident, marker=self._marker_raw)
+        return self._context
+
+    @property
     def log(self) -> ev.EventLog:
         if self._log is None:
+            from . import _events as ev
+
             self._log = ev.EventLog(self.layout.events, self.node_id, durable=self._durable,
                                     max_file_bytes=self.config.max_file_bytes, clock=self.clock)
         return self._log
@@ -152,6 +181,8 @@ class Store:
         """Apply ``Config.event_retention`` to this node's event log: remove its day files older
         than the window (whole UTC days), with one ``events_pruned`` event saying what went.
         Never touches another node's log. ``doctor --repair`` calls this."""
+        from . import _events as ev
+
         at = self.clock() if now is None else now
         done = self.log.prune(at - self.config.event_retention)
         if done["files"]:
@@ -172,43 +203,18 @@ class Store:
         """Call ``fn(event)`` for each event this process emits; returns an unsubscribe function."""
         return self.log.subscribe(fn)
 
-    # ------------------------------------------------------------------ locks
+    # ------------------------------------------------------------------ locks (_storelocks)
 
-    def _lockdir(self) -> Any:
-        if self._locks is None:
-            from ._locks import Locks
-
-            self._locks = Locks(os.path.join(state_dir(self.root), "locks"))
-        return self._locks
-
-    @contextmanager
-    def lock(self, route_key: str, *, timeout: float | None = None) -> Iterator[None]:
-        """Exclusive lock on a route (across threads and processes) for the length of a turn."""
-        t = self.config.route_lock_timeout if timeout is None else timeout
-        with self._lockdir().hold("route", route_key, timeout=t, poll=0.01):
-            yield
-
-    def commit_lock(self, session_id: str, *, timeout: float | None = None
-                    ) -> contextlib.AbstractContextManager[None]:
-        """The short per-session lock every commit holds (re-entrant within a thread)."""
-        return self._commit_lock(validate_session_id(session_id), timeout)
-
-    @contextmanager
-    def _commit_lock(self, sid: str, timeout: float | None = None) -> Iterator[None]:
-        # keyed by the lower-cased id: where the filesystem ignores case, "Bob" and "bob" are one
-        # file, so they must be one lock (elsewhere sharing it costs nothing)
-        key = sid.lower()
-        held: set[str] = self._held.__dict__.setdefault("ids", set())
-        if key in held:  # re-entered by a patch that migrates or quarantines
-            yield
-            return
-        t = self.config.commit_lock_timeout if timeout is None else timeout
-        with self._lockdir().hold("commit", key, timeout=t, session_id=sid):
-            held.add(key)
-            try:
-                yield
-            finally:
-                held.discard(key)
+    if TYPE_CHECKING:
+        _lockdir = _storelocks._lockdir
+        lock = _storelocks.lock
+        commit_lock = _storelocks.commit_lock
+        _commit_lock = _storelocks._commit_lock
+    else:  # bound on first use (_Later), as the turn API below
+        _lockdir = _Later("_storelocks")
+        lock = _Later("_storelocks")
+        commit_lock = _Later("_storelocks")
+        _commit_lock = _Later("_storelocks")
 
     # ------------------------------------------------------------------ reading
 
@@ -350,13 +356,10 @@ class Store:
         first) and the bad ones as ``(session_id, reason)`` — unreadable, a newer format, or
         ``refused`` (the disk refused: EACCES, EIO). Reads only."""
         listing = _discovery.scan(self.layout, _discovery.marker_cap(self.config.max_file_bytes))
-        out = []
-        for m, st in listing.markers:
-            self._cache.saw_marker(m.session_id, st, m)
-            out.append(m)
+        self._cache.saw_markers(listing.markers)
         bad = sorted((sid, "refused" if isinstance(err, StorageError)
                       else (err.reason or "unreadable")) for sid, err in listing.bad)
-        return out, bad
+        return [m for m, _ in listing.markers], bad
 
     def read_marker(self, sid: str) -> Marker | None:
         """The marker of ``sid`` (None if there is none); UnreadableState if it is bad — a read
@@ -378,6 +381,8 @@ class Store:
     def _commit_locked(self, new: Session, base: int, *, at_least: int = 0,
                        owner: str | None = None, base_commit_id: str | None = None) -> Session:
         """THE commit (``_commit.commit_locked``), under the session's commit lock."""
+        from . import _commit
+
         return _commit.commit_locked(self._ctx, new, base, at_least=at_least, owner=owner,
                                      base_commit_id=base_commit_id)
 
@@ -451,12 +456,21 @@ class Store:
             _fsio.unlink(self.layout.session(sid), durable=self._durable)
             _fsio.unlink(self.layout.marker(sid), durable=self._durable)
             self._cache.forget(sid)
+        from . import _events as ev
+
         self.emit(ev.SESSION_DELETED, session_id=sid, version=disk)
 
     # ------------------------------------------------------------------ turn API (_storeturns)
 
-    begin_turn = _storeturns.begin_turn
-    checkpoint = _storeturns.checkpoint
-    end_turn = _storeturns.end_turn
-    cancel = _storeturns.cancel
-    abandon_turn = _storeturns.abandon_turn
+    if TYPE_CHECKING:
+        begin_turn = _storeturns.begin_turn
+        checkpoint = _storeturns.checkpoint
+        end_turn = _storeturns.end_turn
+        cancel = _storeturns.cancel
+        abandon_turn = _storeturns.abandon_turn
+    else:
+        begin_turn = _Later("_storeturns")
+        checkpoint = _Later("_storeturns")
+        end_turn = _Later("_storeturns")
+        cancel = _Later("_storeturns")
+        abandon_turn = _Later("_storeturns")

@@ -24,8 +24,9 @@ from . import _events as ev
 from . import _fsio, _repair
 from ._codec import parse_marker, parse_session
 from ._errors import InvalidState, SessionNotFound, TurnStateError, UnreadableState
-from ._layout import NameKind, classify, validate_session_id
+from ._layout import validate_session_id
 from ._model import Marker, Session
+from ._names import NameKind, classify
 from ._store import Store
 
 if TYPE_CHECKING:

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import attrs
 
 from . import _fsio
-from ._layout import NameKind, classify
+from ._names import NameKind, classify
 from ._store import Store
 
 MARKER = "marker"

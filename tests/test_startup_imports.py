@@ -12,6 +12,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from .conftest import PYTHON, subprocess_env
 
 FORBIDDEN = ("attrs", "attr", "cattrs", "asyncio", "ssl", "portalocker", "watchfiles",
@@ -181,3 +183,47 @@ def test_cli_dry_run_hands_a_session_it_cannot_peek_to_the_library(store: Any,
     got, _ = _cli_json(root, "recover", "--dry-run")
     [o] = got["outcomes"]
     assert (o["session_id"], o["outcome"], o["reason"]) == ("odd", "would_abandon", "unreadable")
+
+
+# What opening a store and listing its markers loads, beyond the forbidden set: none of the
+# modules that change a session (the commit function, the turn API, the locks, the event log, the
+# model and its codec) and none of the stdlib modules the floor script (``json``, ``os``,
+# ``sys``) does not load either. Each cost a fresh process 0.1-0.6 ms (bench/startup.py).
+NOT_ON_THE_LISTING_PATH = ("fsdurable._commit", "fsdurable._storeturns", "fsdurable._storelocks",
+                           "fsdurable._events", "fsdurable._model", "fsdurable._codec",
+                           "fsdurable._locks", "fsdurable._fsio._write", "fsdurable._names",
+                           "contextlib", "weakref", "math", "fcntl", "argparse",
+                           "fsdurable.cli._term")
+
+LISTING_CHILD = """
+import json, sys
+before = set(sys.modules)
+if sys.argv[1] == "library":
+    import fsdurable
+    fsdurable.Store(sys.argv[2]).interrupted()
+else:
+    from fsdurable.cli import main
+    import io, contextlib
+    out = io.StringIO()
+    sys.stdout, real = out, sys.stdout
+    code = main(["--root", sys.argv[2], *sys.argv[3:]])
+    sys.stdout = real
+    assert code == 0, out.getvalue()
+print(json.dumps(sorted(m for m in set(sys.modules) - before if m in %r)))
+"""
+
+
+@pytest.mark.parametrize("argv", [["library"], ["cli", "interrupted", "--json"],
+                                  ["cli", "recover", "--dry-run", "--json"]])
+def test_the_listing_path_loads_nothing_that_changes_a_session(store: Any, root: Path,
+                                                               argv: list[str]) -> None:
+    """On 4ad072b each loaded ``_commit``, ``_storeturns``, ``_events`` and fcntl (the CLI its
+    table module too), and contextlib, weakref and math where the interpreter had not loaded
+    them itself (a clean venv: bench/startup.py)."""
+    store.create("a")
+    store.begin_turn("a", "go")
+    p = subprocess.run([PYTHON, "-c", LISTING_CHILD % (NOT_ON_THE_LISTING_PATH,), argv[0],
+                        str(root), *argv[1:]], env=subprocess_env(), capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == [], f"{' '.join(argv)} loaded {p.stdout}"

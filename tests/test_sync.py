@@ -22,8 +22,8 @@ from fsdurable import InvalidState, SessionNotFound, Store, TurnStateError, Unre
 from fsdurable import _events as ev
 from fsdurable._codec import encode_marker, encode_session
 from fsdurable._commit import plan_history
-from fsdurable._layout import NameKind, classify
 from fsdurable._model import Marker, Message, Session, Turn
+from fsdurable._names import NameKind, classify
 from fsdurable._sync import (
     conflict_copies,
     foreign_turns,

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fsdurable import FsDurableError, Store
-from fsdurable._layout import NameKind, classify
+from fsdurable._names import NameKind, classify
 from fsdurable._watch import Change
 
 from .conftest import PYTHON, subprocess_env

@@ -13,7 +13,7 @@ import os
 import stat
 
 from .._errors import StorageError, UnreadableState
-from ._base import _O_BINARY, _O_CLOEXEC, _O_NOFOLLOW, _O_NONBLOCK, storage_errors
+from ._base import _O_BINARY, _O_CLOEXEC, _O_NOFOLLOW, _O_NONBLOCK, storage_error, storage_errors
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 # POSIX holds 0600/0700; Windows keeps only a read-only bit (ACLs decide access), so there a mode
 # is neither enforced nor reported as a problem (doctor).
 MODES_HELD = os.name == "posix"
+_READ = os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK | _O_BINARY
 
 
 def _open_file(path: str) -> int:
@@ -29,11 +30,13 @@ def _open_file(path: str) -> int:
     missing, StorageError if the disk refuses (EACCES, EIO), UnreadableState (``symlink``,
     ``not_a_file``) if it must not be read."""
     try:
-        with storage_errors(path, "read"):  # EACCES, EIO: a typed StorageError
-            return os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK | _O_BINARY)
+        return os.open(path, _READ)
     except OSError as e:
         if isinstance(e, (StorageError, FileNotFoundError)):
             raise
+        typed = storage_error(e, path, "read")  # EACCES, EIO: a typed StorageError
+        if typed is not e:
+            raise typed from e
         if e.errno == errno.ELOOP:
             raise UnreadableState(f"{path} is a symlink", path=path, reason="symlink") from e
         # a socket (ENXIO), a device, a directory on some systems...: never a file of ours
@@ -86,14 +89,19 @@ def read_bounded(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
             )
         chunks = []
         left = max_bytes + 1
-        want = st.st_size + 1  # the whole file and one byte to see it did not grow: one read
-        while left > 0:
-            with storage_errors(path, "read"):
+        want = st.st_size + 1  # the whole file and one byte to see it did not grow
+        try:  # storage_errors' translation, without a context manager per read (startup path)
+            while left > 0:
                 chunk = os.read(fd, min(left, want, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+        except OSError as e:
+            typed = storage_error(e, path, "read")
+            if typed is e:
+                raise
+            raise typed from e
         data = b"".join(chunks)
         if len(data) > max_bytes:  # grew while we read it
             raise UnreadableState(
@@ -120,6 +128,15 @@ def lstat(path: str) -> os.stat_result | None:
         return os.lstat(path)
     except FileNotFoundError:
         return None
+
+
+def is_dir(path: str) -> bool:
+    """Is a directory at ``path`` (itself: a symlink to one is not)? False if not, or if its
+    ``lstat`` fails (the caller's ``makedirs`` then says why)."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def iter_lines(path: str, max_line: int, chunk: int = 1 << 20) -> Iterator[bytes | None]:
@@ -180,10 +197,15 @@ def list_names(path: str, *, follow: bool = True) -> list[str]:
     if not follow:
         _own_dir(path)
     try:
-        with storage_errors(path, "list"), os.scandir(path) as it:
+        with os.scandir(path) as it:
             return [e.name for e in it]
     except FileNotFoundError:
         return []
+    except OSError as e:  # storage_errors' translation, in the except clause (startup path)
+        typed = storage_error(e, path, "list")
+        if typed is e:
+            raise
+        raise typed from e
 
 
 # Filesystems that cannot keep POSIX modes: every entry shows the mount's mask whatever chmod

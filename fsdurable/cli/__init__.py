@@ -21,9 +21,6 @@ from __future__ import annotations
 import os
 import sys
 
-from ._term import Progress as Progress  # re-exported: the command modules draw with them
-from ._term import table as table
-
 OK, PROBLEMS, USAGE, INTERNAL, INTERRUPTED = 0, 1, 2, 3, 130
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up)
@@ -31,6 +28,9 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Callable, Sequence
     from typing import Any, NoReturn
+
+    from ._term import Progress as Progress  # re-exported: the command modules draw with them
+    from ._term import table as table
 
     # A handler gets the parsed args and returns (exit code, data for --json, text for humans).
     Result = tuple[int, Any, str]
@@ -71,6 +71,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                        "restore a fixed session, or --purge"),
 }
 _HANDLERS: dict[str, tuple[Handler, str, ArgsFn]] = {}
+
+
+def __getattr__(name: str) -> Any:
+    """``Progress`` and ``table`` (``_term``), loaded when a command draws for a person: the
+    start-up commands with ``--json`` never do."""
+    if name in ("Progress", "table"):
+        from . import _term
+
+        return getattr(_term, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class UsageError(Exception):

@@ -10,7 +10,7 @@ nothing: the same outcomes as ``recover(store, loop, dry_run=True, resume=False)
 from __future__ import annotations
 
 from .._errors import TurnStateError
-from . import Progress, Result, _age, command, open_store, table
+from . import Result, _age, command, open_store
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up)
 if TYPE_CHECKING:
@@ -51,12 +51,17 @@ def _interrupted(args: argparse.Namespace) -> Result:
     # doctor --repair take it to the repair gate
     markers, bad = st.scan_markers()
     data = _judged(st, markers)
+    doc = {"interrupted": data,
+           "unreadable": [{"session_id": sid, "reason": why} for sid, why in bad]}
+    if args.json:
+        return 0, doc, ""  # only the document is printed: no table drawn (start-up)
+    from . import table
+
     rows = [[*r, d["driver"]] for r, d in zip(_rows(data), data, strict=True)]
     rows += [[sid, f"unreadable ({why})", "", "", "", ""] for sid, why in bad]
     text = (table(rows, ["session", "verdict", "age", "attempts", "node", "driver"]) if rows
             else "(none)")
-    return 0, {"interrupted": data,
-               "unreadable": [{"session_id": sid, "reason": why} for sid, why in bad]}, text
+    return 0, doc, text
 
 
 class _NoLoop:
@@ -80,6 +85,7 @@ def _recover(args: argparse.Namespace) -> Result:
     data = _dry_run(st) if args.dry_run else None
     if data is None:
         from .._recovery import recover
+        from . import Progress
 
         with Progress(args, f"recover: applying the gates in {st.root}") as shown:
             report = recover(st, _NoLoop(), resume=False, dry_run=bool(args.dry_run),
@@ -87,11 +93,16 @@ def _recover(args: argparse.Namespace) -> Result:
         data = [_outcome(o) for o in report.outcomes]
         data += _left_to_drivers(st, st.scan_markers()[0], {d["session_id"] for d in data},
                                  dry_run=bool(args.dry_run))
+    doc = {"dry_run": bool(args.dry_run), "outcomes": data}
+    if args.json and args.dry_run:
+        return 0, doc, ""  # only the document is printed: no table drawn (start-up)
+    from . import table
+
     header = ["session", "verdict", "age", "attempts", "node", "outcome"]
     text = table(_rows(data, outcome=True), header) if data else "(no interrupted turns)"
     if not args.dry_run:
         text += _parked(st, data)
-    return 0, {"dry_run": bool(args.dry_run), "outcomes": data}, text
+    return 0, doc, text
 
 
 def _parked(st: Any, data: list[dict[str, Any]]) -> str:

@@ -37,8 +37,8 @@ from fsdurable._errors import (
     UnreadableState,
 )
 from fsdurable._fsio import _write
-from fsdurable._layout import NameKind, classify
 from fsdurable._model import LedgerEntry, Marker, Session
+from fsdurable._names import NameKind, classify
 from fsdurable._store import Store
 
 from .fsmodel import CrashState, FsModel, Snapshot, distinct_crash_states, snapshot

@@ -27,8 +27,8 @@ import attrs
 from fsdurable import _fsio
 from fsdurable._codec import parse_marker, parse_session
 from fsdurable._errors import DurabilityUnknown, StorageError
-from fsdurable._layout import NameKind, classify
 from fsdurable._model import Session
+from fsdurable._names import NameKind, classify
 from fsdurable._store import Store
 
 

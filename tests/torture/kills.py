@@ -203,7 +203,7 @@ def check_live(store: Any, seen: dict[str, Any] | None = None) -> list[str]:
     files checked last time (inode, size, mtime) is not parsed again — its findings cannot
     have changed — so a check costs what changed since the last one, not the whole store."""
     from fsdurable._codec import parse_marker, parse_session
-    from fsdurable._layout import NameKind, classify
+    from fsdurable._names import NameKind, classify
 
     out = []
     lay = store.layout

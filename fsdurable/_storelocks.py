@@ -1,0 +1,64 @@
+"""The store's locks API: a route's lock, held for the length of a turn, and a session's commit
+lock, held for one commit and re-entrant within a thread. ``Store`` binds these functions as its
+methods (``self`` is the store) on their first use, like the turn API (``_storeturns``): opening a
+store and listing its markers loads neither this module nor contextlib. The lock files are
+``_locks``'s (in the machine-local state dir, never in the store).
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+from ._layout import state_dir, validate_session_id
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
+if TYPE_CHECKING:
+    import contextlib
+    from collections.abc import Iterator
+    from typing import Any
+
+    from ._store import Store
+
+
+def _lockdir(self: Store) -> Any:
+    if self._locks is None:
+        from ._locks import Locks
+
+        self._locks = Locks(os.path.join(state_dir(self.root), "locks"))
+    return self._locks
+
+
+@contextmanager
+def lock(self: Store, route_key: str, *, timeout: float | None = None) -> Iterator[None]:
+    """Exclusive lock on a route (across threads and processes) for the length of a turn."""
+    t = self.config.route_lock_timeout if timeout is None else timeout
+    with self._lockdir().hold("route", route_key, timeout=t, poll=0.01):
+        yield
+
+
+def commit_lock(self: Store, session_id: str, *, timeout: float | None = None
+                ) -> contextlib.AbstractContextManager[None]:
+    """The short per-session lock every commit holds (re-entrant within a thread)."""
+    return self._commit_lock(validate_session_id(session_id), timeout)
+
+
+@contextmanager
+def _commit_lock(self: Store, sid: str, timeout: float | None = None) -> Iterator[None]:
+    # keyed by the lower-cased id: where the filesystem ignores case, "Bob" and "bob" are one
+    # file, so they must be one lock (elsewhere sharing it costs nothing)
+    key = sid.lower()
+    held: set[str] = self._held.__dict__.setdefault("ids", set())
+    if key in held:  # re-entered by a patch that migrates or quarantines
+        yield
+        return
+    t = self.config.commit_lock_timeout if timeout is None else timeout
+    with self._lockdir().hold("commit", key, timeout=t, session_id=sid):
+        held.add(key)
+        try:
+            yield
+        finally:
+            held.discard(key)
+
+
+__all__ = ["commit_lock", "lock"]
