@@ -48,7 +48,11 @@ def _commit_lock(self: Store, sid: str, timeout: float | None = None) -> Iterato
     # keyed by the lower-cased id: where the filesystem ignores case, "Bob" and "bob" are one
     # file, so they must be one lock (elsewhere sharing it costs nothing)
     key = sid.lower()
-    held: set[str] = self._held.__dict__.setdefault("ids", set())
+    mine = self._held.__dict__
+    held: set[str] | None = mine.get("ids")
+    if held is None or mine["pid"] != os.getpid():  # a forked child inherits the record, not
+        held = mine["ids"] = set()                   # the lock (``_locks`` closes its files)
+        mine["pid"] = os.getpid()
     if key in held:  # re-entered by a patch that migrates or quarantines
         yield
         return

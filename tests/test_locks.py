@@ -190,6 +190,37 @@ def test_a_forked_child_shares_no_open_lock_file(root: Path, tmp_path: Path) -> 
     assert out.returncode == 0
 
 
+FORK_INSIDE = r"""
+import os, sys, fsdurable
+from fsdurable import LockTimeout
+
+st = fsdurable.Store(sys.argv[1])
+with st.commit_lock("s"):  # a fork inside the parent's commit lock (a tool's helper process)
+    pid = os.fork()
+    if pid == 0:
+        try:  # the store's "held by this thread" record came along: it must not let it in
+            with st.commit_lock("s", timeout=0.2):
+                os._exit(1)
+        except LockTimeout:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_child_forked_inside_a_commit_lock_does_not_hold_it(root: Path, tmp_path: Path
+                                                              ) -> None:
+    """The store's commit lock is re-entrant within a thread (a per-thread record of the ids
+    held); a forked child inherits that record but not the lock (its lock files are closed at
+    the fork), so the record is its parent's, never its own: the child waits like any other
+    process. It was let in at once, and could commit beside its parent."""
+    Store(root).create("s")
+    script = tmp_path / "fork_inside.py"
+    script.write_text(FORK_INSIDE)
+    out = subprocess.run([PYTHON, str(script), str(root)], env=subprocess_env(), timeout=60)
+    assert out.returncode == 0
+
+
 def test_a_forked_child_keeps_no_lock_of_its_parent(root: Path, tmp_path: Path) -> None:
     """The parent SIGKILLed while it holds a commit lock, a forked child still alive: the lock is
     free (the child closed its copies of the open lock files, held and cached)."""
