@@ -117,11 +117,23 @@ def _child(role: str, engine: str, path: str, n: int,
                           env=e, capture_output=True, text=True, timeout=1800, cwd=REPO)
 
 
+def _fresh(done: str) -> bool:
+    """Is a cached crash state young enough to be resumed? Recovery abandons a turn older than
+    the staleness window (``Config.stale_after``, 4 h) as it should: a state built by a run of
+    the day before would measure ten abandonments, not ten resumes (it did: "0 of 10 interrupted
+    runs resumed"). Rebuilt past half the window; DBOS resumes pending workflows of any age."""
+    import time
+
+    from fsdurable import Config
+
+    return time.time() - os.path.getmtime(done) < Config().stale_after / 2
+
+
 def _prepared(engine: str, base: str, p: dict[str, Any], env: dict[str, str]) -> str:
     """The state a crash leaves (N finished runs, K killed at step 10), built once and cached."""
     path = os.path.join(base, "store" if engine == "fsdurable" else "dbos.sqlite")
     done = os.path.join(base, "ready")
-    if os.path.exists(done):
+    if os.path.exists(done) and (engine != "fsdurable" or _fresh(done)):
         return path
     shutil.rmtree(base, ignore_errors=True)
     os.makedirs(base)
