@@ -60,16 +60,14 @@ def scan(layout: Layout, max_bytes: int) -> Listing:
         sid = own_id(name)
         if sid is None:
             continue
-        path = layout.marker(sid)  # read_marker's steps, inline: once per marker at startup
         try:
-            data, st = _fsio.read_bounded(path, max_bytes)
-            found.append((parse_marker(data, path=path, session_id=sid), st))
-        except FileNotFoundError:
-            continue  # removed since the listing: no longer interrupted
+            got = read_marker(layout, sid, max_bytes)
         except (UnreadableState, StorageError) as e:
             bad.append((sid, e))
-    if len(found) > 1:
-        found.sort(key=lambda ms: (ms[0].checkpoint_at, ms[0].session_id))
+            continue
+        if got is not None:  # None: removed since the listing, no longer interrupted
+            found.append(got)
+    found.sort(key=lambda ms: (ms[0].checkpoint_at, ms[0].session_id))
     return Listing(found, bad)
 
 

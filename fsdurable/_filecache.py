@@ -136,8 +136,7 @@ class FileCache:
         marks = self._marks
         with self._mu:
             for m, st in seen:
-                marks[m.session_id] = ((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
-                                        st.st_ctime_ns), m)  # key(st), inline
+                marks[m.session_id] = (key(st), m)
 
     def marker(self, sid: str, st: os.stat_result) -> Marker | None:
         """The marker seen in the file of stat ``st``; None if that file was not seen."""

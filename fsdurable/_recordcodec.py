@@ -70,21 +70,6 @@ def _finite_float(text: str) -> float:
 # path parses every marker with it)
 _STRICT_JSON = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_reject_constant,
                                 parse_float=_finite_float)
-_SCAN: Callable[[str, int], tuple[Any, int]] = _STRICT_JSON.scan_once  # type: ignore[attr-defined]
-_WS: Callable[[str, int], Any] = json.decoder.WHITESPACE.match  # type: ignore[attr-defined]
-
-
-def _decode(text: str) -> Any:
-    """``_STRICT_JSON.decode(text)`` (json.decoder's decode and raw_decode, the same errors),
-    without its two Python-level calls: the startup path parses every marker with it."""
-    try:
-        obj, end = _SCAN(text, _WS(text, 0).end())
-    except StopIteration as err:
-        raise json.JSONDecodeError("Expecting value", text, err.value) from None
-    end = _WS(text, end).end()
-    if end != len(text):
-        raise json.JSONDecodeError("Extra data", text, end)
-    return obj
 
 
 def loads_strict(data: bytes, *, path: str | None = None) -> dict[str, Any]:
@@ -93,7 +78,7 @@ def loads_strict(data: bytes, *, path: str | None = None) -> dict[str, Any]:
         text = data.decode("utf-8")
         if text.startswith("\ufeff"):
             raise ValueError("byte order mark")
-        obj = _decode(text)
+        obj = _STRICT_JSON.decode(text)
     except (ValueError, RecursionError) as e:
         raise UnreadableState(f"not valid JSON: {e}", path=path, reason="invalid_json") from e
     if not isinstance(obj, dict):
