@@ -73,18 +73,17 @@ class storage_errors:
     def __exit__(self, typ: type[BaseException] | None, e: BaseException | None,
                  tb: object) -> None:
         if isinstance(e, OSError):
-            typed = storage_error(e, self.path, self.what)
-            if typed is not e:
-                raise typed from e
+            raise_typed(e, self.path, self.what)
 
 
-def storage_error(e: OSError, path: str, what: str) -> OSError:
-    """``e`` as ``storage_errors`` raises it: a typed StorageError carrying path and errno if the
-    disk refused (ENOSPC, EIO, EACCES, ...), else ``e`` itself. For the hottest reads, which
-    catch the error themselves (``try`` costs nothing until something is raised)."""
+def raise_typed(e: OSError, path: str, what: str) -> None:
+    """Raise ``e`` as ``storage_errors`` does — a typed StorageError carrying path and errno,
+    from ``e`` — if the disk refused (ENOSPC, EIO, EACCES, ...); else return (the caller
+    re-raises ``e`` or judges it). For the hottest reads, which catch the error themselves
+    (``try`` costs nothing until something is raised)."""
     if isinstance(e, StorageError) or e.errno not in _STORAGE_ERRNOS:
-        return e
+        return
     name = errno.errorcode.get(e.errno or 0, str(e.errno))
-    return StorageError(f"{what} failed on {path}: {e.strerror or name}", path=path, reason=name,
-                        errno=e.errno)
+    raise StorageError(f"{what} failed on {path}: {e.strerror or name}", path=path, reason=name,
+                       errno=e.errno) from e
 

@@ -13,7 +13,7 @@ import os
 import stat
 
 from .._errors import StorageError, UnreadableState
-from ._base import _O_BINARY, _O_CLOEXEC, _O_NOFOLLOW, _O_NONBLOCK, storage_error, storage_errors
+from ._base import _O_BINARY, _O_CLOEXEC, _O_NOFOLLOW, _O_NONBLOCK, raise_typed, storage_errors
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
 if TYPE_CHECKING:
@@ -34,9 +34,7 @@ def _open_file(path: str) -> int:
     except OSError as e:
         if isinstance(e, (StorageError, FileNotFoundError)):
             raise
-        typed = storage_error(e, path, "read")  # EACCES, EIO: a typed StorageError
-        if typed is not e:
-            raise typed from e
+        raise_typed(e, path, "read")  # EACCES, EIO: a typed StorageError
         if e.errno == errno.ELOOP:
             raise UnreadableState(f"{path} is a symlink", path=path, reason="symlink") from e
         # a socket (ENXIO), a device, a directory on some systems...: never a file of ours
@@ -98,10 +96,8 @@ def read_bounded(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
                 chunks.append(chunk)
                 left -= len(chunk)
         except OSError as e:
-            typed = storage_error(e, path, "read")
-            if typed is e:
-                raise
-            raise typed from e
+            raise_typed(e, path, "read")
+            raise
         data = b"".join(chunks)
         if len(data) > max_bytes:  # grew while we read it
             raise UnreadableState(
@@ -202,10 +198,8 @@ def list_names(path: str, *, follow: bool = True) -> list[str]:
     except FileNotFoundError:
         return []
     except OSError as e:  # storage_errors' translation, in the except clause (startup path)
-        typed = storage_error(e, path, "list")
-        if typed is e:
-            raise
-        raise typed from e
+        raise_typed(e, path, "list")
+        raise
 
 
 # Filesystems that cannot keep POSIX modes: every entry shows the mount's mask whatever chmod
