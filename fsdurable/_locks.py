@@ -50,9 +50,6 @@ try:
 except ImportError:  # Windows
     _FLOCK = False
 
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_BINARY = getattr(os, "O_BINARY", 0)
 KEEP = 64  # lock files kept open when no one holds them (per process)
 
 
@@ -191,9 +188,7 @@ class Locks:
         with _MU:
             f = _FILES.pop(path, None)
             if f is None or f.fh.closed:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY,
-                             0o600)
-                f = _File(path, os.fdopen(fd, "r+b", buffering=0))
+                f = _File(path, _fsio.open_lock(path))
             _FILES[path] = f  # the most recently used last
             f.users += 1
             return f

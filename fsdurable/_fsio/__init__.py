@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         fsync_file,
         link,
         makedirs,
+        open_lock,
         rename,
         rmdir,
         unlink,
@@ -59,7 +60,8 @@ if TYPE_CHECKING:
     )
 
 _WRITES = frozenset({"append_at", "append_line", "chmod", "fsync_dir", "fsync_file", "link",
-                     "makedirs", "rename", "rmdir", "unlink", "write_atomic", "write_new"})
+                     "makedirs", "open_lock", "rename", "rmdir", "unlink", "write_atomic",
+                     "write_new"})
 
 
 def __getattr__(name: str) -> Any:
@@ -77,5 +79,5 @@ def __getattr__(name: str) -> Any:
 
 __all__ = ["DIR_MODE", "FILE_MODE", "append_at", "append_line", "chmod", "fsync_dir",
            "fsync_file", "holds_modes", "is_dir", "iter_lines", "link", "list_names", "lstat",
-           "makedirs", "read_bounded", "read_prefix", "read_span", "rename", "rmdir",
+           "makedirs", "open_lock", "read_bounded", "read_prefix", "read_span", "rename", "rmdir",
            "set_recorder", "storage_errors", "unlink", "write_atomic", "write_new"]

@@ -414,6 +414,13 @@ def append_line(path: str, line: bytes, *, durable: bool = True, lazy: bool = Fa
         return left
 
 
+def open_lock(path: str) -> IO[bytes]:
+    """A lock file, open for ``flock`` (created 0600 if absent, never through a symlink, closed
+    on exec): the sidecar file ``_locks`` holds its locks on. Its bytes are never written."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY, FILE_MODE)
+    return os.fdopen(fd, "r+b", buffering=0)
+
+
 def fsync_file(path: str) -> bool:
     """fsync an existing file (its data and metadata), never through a symlink: the appends a
     ``lazy`` ``append_line`` left unsynced. False (nothing done) if it is gone."""
