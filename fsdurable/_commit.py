@@ -85,8 +85,6 @@ def _lazy() -> tuple[Callable[..., bytes], type[History[Any]], type[Chain]]:
     return _LAZY[0], _LAZY[1], _LAZY[2]
 
 
-
-
 def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
                   owner: str | None = None, base_commit_id: str | None = None) -> Session:
     """THE commit: every change to a session file goes through here, under its commit lock.
@@ -134,7 +132,7 @@ def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
     m: Marker | None = None
     mpath = ctx.layout.marker(sid)
     if s.turn is not None:
-        m, s = marker_due(ctx, sid, s, owner, mpath)
+        m, s = marker_due(ctx, sid, s, owner)
     chain, segment = plan_history(ctx, sid, s)
     lanes, segments = plan_lanes(ctx, sid, s)
     if segment is not None:
@@ -313,19 +311,18 @@ def write_segment(ctx: Context, sid: str, name: str, data: bytes) -> None:
                            session_id=sid, reason=e.reason, errno=e.errno) from e
 
 
-def marker_due(ctx: Context, sid: str, s: Session, owner: str | None,
-               mpath: str | None = None) -> tuple[Marker | None, Session]:
+def marker_due(ctx: Context, sid: str, s: Session, owner: str | None
+               ) -> tuple[Marker | None, Session]:
     """For in-progress ``s``: (the marker to write, or None if the one on disk says the same —
     same turn, node, route, source and attempts, checkpoint within ``marker_refresh``; ``s``
     with its turn's owner node and route filled in).
 
     The owner is ``owner`` if given (a claim, an adoption), else the one the session names,
     else the one the marker of the same turn names (a session of format 2), else this node.
-    The turn's route is the one it started under (the session's if not yet set). ``mpath``:
-    the marker's path, if the caller has it already."""
+    The turn's route is the one it started under (the session's if not yet set)."""
     turn = s.turn
     assert turn is not None
-    st = _fsio.lstat(mpath if mpath is not None else ctx.layout.marker(sid))
+    st = _fsio.lstat(ctx.layout.marker(sid))
     cur: Marker | None = None
     if st is not None:
         cur = ctx.cache.marker(sid, st)
