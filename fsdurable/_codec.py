@@ -191,26 +191,25 @@ def _check_finite(obj: Any, sid: str, where: str) -> bool:
     stack = [(obj, 1)]
     while stack:
         v, depth = stack.pop()
+        # anything but the exact JSON types (a subclass, an enum, an attrs instance, ...) is
+        # the converter's to write: not plain
         t = type(v)
-        if t is dict:
-            if plain and (depth > _PLAIN_DEPTH or not all(type(k) is str for k in v)):
+        if isinstance(v, dict):
+            if plain and (t is not dict or depth > _PLAIN_DEPTH
+                          or not all(type(k) is str for k in v)):
                 plain = False
             stack.extend((x, depth + 1) for x in v.values())
-        elif t is list or t is tuple:
-            if depth > _PLAIN_DEPTH:
+        elif isinstance(v, (list, tuple)):
+            if (t is not list and t is not tuple) or depth > _PLAIN_DEPTH:
                 plain = False
             stack.extend((x, depth + 1) for x in v)
-        elif t is float:
-            if not math.isfinite(v):
-                _not_finite(v, sid, where)
-        elif t is not str and t is not int and t is not bool and v is not None:
-            plain = False  # a subclass, an attrs instance, an enum, ...: the converter's
-            if isinstance(v, dict):
-                stack.extend((x, depth + 1) for x in v.values())
-            elif isinstance(v, (list, tuple)):
-                stack.extend((x, depth + 1) for x in v)
-            elif isinstance(v, float) and not math.isfinite(v):
-                _not_finite(v, sid, where)
+        else:
+            if isinstance(v, float) and not math.isfinite(v):
+                raise InvalidState(f"session {sid}: {where} holds {v!r}, which JSON cannot "
+                                   "hold (it would be stored as null)", session_id=sid,
+                                   reason="not_json")
+            if t not in _SCALARS:
+                plain = False
     return plain
 
 
@@ -219,9 +218,7 @@ def _check_finite(obj: Any, sid: str, where: str) -> bool:
 _PLAIN_DEPTH = 200
 
 
-def _not_finite(v: float, sid: str, where: str) -> None:
-    raise InvalidState(f"session {sid}: {where} holds {v!r}, which JSON cannot hold "
-                       "(it would be stored as null)", session_id=sid, reason="not_json")
+_SCALARS = frozenset({str, int, float, bool, type(None)})  # exact types orjson writes as is
 
 
 def _document(s: Session, ref: HistoryRef | None, lanes: dict[str, HistoryRef]
