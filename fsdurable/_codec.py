@@ -191,25 +191,27 @@ def _check_finite(obj: Any, sid: str, where: str) -> bool:
     stack = [(obj, 1)]
     while stack:
         v, depth = stack.pop()
-        # anything but the exact JSON types (a subclass, an enum, an attrs instance, ...) is
-        # the converter's to write: not plain
         t = type(v)
+        if t in _SCALARS:
+            if t is float and not math.isfinite(v):
+                _not_finite(v, sid, where)
+            continue
+        # anything but the exact JSON types (a subclass, an enum, an attrs instance, ...) is
+        # the converter's to write: not plain; its values are checked all the same
+        if t is not dict and t is not list and t is not tuple:
+            plain = False
+            if not isinstance(v, (dict, list, tuple)):
+                if isinstance(v, float) and not math.isfinite(v):
+                    _not_finite(v, sid, where)
+                continue
+        if depth > _PLAIN_DEPTH:
+            plain = False
         if isinstance(v, dict):
-            if plain and (t is not dict or depth > _PLAIN_DEPTH
-                          or not all(type(k) is str for k in v)):
+            if plain and not all(type(k) is str for k in v):
                 plain = False
             stack.extend((x, depth + 1) for x in v.values())
-        elif isinstance(v, (list, tuple)):
-            if (t is not list and t is not tuple) or depth > _PLAIN_DEPTH:
-                plain = False
-            stack.extend((x, depth + 1) for x in v)
         else:
-            if isinstance(v, float) and not math.isfinite(v):
-                raise InvalidState(f"session {sid}: {where} holds {v!r}, which JSON cannot "
-                                   "hold (it would be stored as null)", session_id=sid,
-                                   reason="not_json")
-            if t not in _SCALARS:
-                plain = False
+            stack.extend((x, depth + 1) for x in v)
     return plain
 
 
@@ -219,6 +221,11 @@ _PLAIN_DEPTH = 200
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})  # exact types orjson writes as is
+
+
+def _not_finite(v: float, sid: str, where: str) -> None:
+    raise InvalidState(f"session {sid}: {where} holds {v!r}, which JSON cannot hold "
+                       "(it would be stored as null)", session_id=sid, reason="not_json")
 
 
 def _document(s: Session, ref: HistoryRef | None, lanes: dict[str, HistoryRef]
