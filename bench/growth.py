@@ -292,10 +292,45 @@ def floor_breakdown(floor_dir: str, texts: list[tuple[str, str]]) -> dict[str, A
     return pk.per_turn()
 
 
+def _rsync(src: str, mirror: str) -> dict[str, int]:
+    """``rsync -a --no-whole-file --stats src/ mirror/``: its total bytes sent and literal data."""
+    got = subprocess.run(["rsync", "-a", "--no-whole-file", "--stats", src + "/", mirror + "/"],
+                         capture_output=True, text=True, check=True)
+    out = {}
+    for key, label in (("sent", "Total bytes sent"), ("literal", "Literal data")):
+        m = re.search(label + r": ([\d,.]+)", got.stdout)
+        if m is None:
+            raise RuntimeError(f"rsync --stats said no '{label}': {got.stdout[:300]}")
+        out[key] = int(re.sub(r"[,.]", "", m.group(1)))
+    return out
+
+
+def _write_once_turn(root: str, seq: int, q: str, a: str) -> None:
+    """The write-once floor's turn: the issue's design with nothing of fsdurable's: the turn's
+    two messages in one new file named by sequence and digest (as a segment), then a small
+    document naming it rewritten by rename (fsync off: rsync's bytes do not depend on it)."""
+    import hashlib
+
+    data = json.dumps([{"role": "user", "content": q},
+                       {"role": "assistant", "content": a}]).encode()
+    digest = hashlib.sha256(data).hexdigest()
+    name = f"{seq:012d}-{digest[:16]}.json"
+    with open(os.path.join(root, "history", name), "wb") as f:
+        f.write(data)
+    tmp = os.path.join(root, "session.json.tmp")
+    with open(tmp, "wb") as f:
+        f.write(json.dumps({"count": seq + 2, "head": name, "sha256": digest}).encode())
+    os.replace(tmp, os.path.join(root, "session.json"))
+
+
 def rsync_turn(work: str, p: dict[str, Any]) -> dict[str, Any]:
     """Bytes rsync sends to update a mirror after one turn of a long session: a store holding
     that one session, grown turn by turn (one segment per message, as a chat writes them; fsync
-    off while it is built: the bytes do not depend on it)."""
+    off while it is built: the bytes do not depend on it). Beside it, the same turns in two
+    floors synced the same way: the append-only floor (one log the messages are appended to,
+    ``floor_turns``: rsync sends the new bytes and a match token per block of the old ones) and
+    the write-once floor (``_write_once_turn``: one new file a turn and a small document, the
+    issue's design bare: rsync's file list names every file of the session)."""
     import fsdurable
 
     if shutil.which("rsync") is None:
@@ -305,40 +340,52 @@ def rsync_turn(work: str, p: dict[str, Any]) -> dict[str, Any]:
     store = fsdurable.Store(os.path.join(work, "rsync-store"),
                             config=fsdurable.Config(fsync=False))
     sid = store.create("rs").id
+    append_root = os.path.join(work, "rsync-floor-append")
+    once_root = os.path.join(work, "rsync-floor-once")
+    os.makedirs(append_root)
+    os.makedirs(os.path.join(once_root, "history"))
     rng = random.Random(4)
+    texts = []
     for _ in range(p["rsync_messages"] // 2):
-        s = store.begin_turn(sid, _text(rng, 2000))
-        store.end_turn(s, _text(rng, 2000))
-    mirror = os.path.join(work, "mirror")
-
-    def sync() -> dict[str, int]:
-        got = subprocess.run(["rsync", "-a", "--no-whole-file", "--stats", store.root + "/",
-                              mirror + "/"], capture_output=True, text=True, check=True)
-        out = {}
-        for key, label in (("sent", "Total bytes sent"), ("literal", "Literal data")):
-            m = re.search(label + r": ([\d,.]+)", got.stdout)
-            if m is None:
-                raise RuntimeError(f"rsync --stats said no '{label}': {got.stdout[:300]}")
-            out[key] = int(re.sub(r"[,.]", "", m.group(1)))
-        return out
-
-    sync()
-    unchanged = sync()["sent"]  # rsync's own floor: the file list of a store where nothing changed
+        q, a = _text(rng, 2000), _text(rng, 2000)
+        s = store.begin_turn(sid, q)
+        store.end_turn(s, a)
+        texts.append((q, a))
+    floor_turns(append_root, texts)
+    for i, (q, a) in enumerate(texts):
+        _write_once_turn(once_root, 2 * i, q, a)
     rng = random.Random(5)
     q, a = _text(rng, 2000), _text(rng, 2000)
-    s = store.begin_turn(sid, q)
-    store.end_turn(store.checkpoint(s, phase="model_reply"), a)
-    got = sync()
-    sent = got["sent"]
     content = len(q.encode()) + len(a.encode())
-    files = sum(len(fs) for _, _, fs in os.walk(store.root))
-    out = {"messages": p["rsync_messages"], "files_in_store": files,
-           "turn_content_bytes": content, "bytes_sent": sent, "ratio": sent / content,
-           "bytes_sent_nothing_changed": unchanged,
-           "ratio_above_file_list": (sent - unchanged) / content,
-           # of what it sent, the changed files' bytes it had no match for (--stats'
-           # "Literal data"; its "File list size" says 0 with incremental recursion)
-           "literal_bytes": got["literal"]}
+    out: dict[str, Any] = {"messages": p["rsync_messages"], "turn_content_bytes": content}
+    for name, root in (("fsdurable", store.root), ("floor_append", append_root),
+                       ("floor_write_once", once_root)):
+        mirror = os.path.join(work, "mirror-" + name)
+        _rsync(root, mirror)
+        unchanged = _rsync(root, mirror)["sent"]  # rsync's own floor: the file list alone
+        if name == "fsdurable":
+            s = store.begin_turn(sid, q)
+            store.end_turn(store.checkpoint(s, phase="model_reply"), a)
+        elif name == "floor_append":
+            floor_turns(root, [(q, a)])
+        else:
+            _write_once_turn(root, 2 * len(texts), q, a)
+        got = _rsync(root, mirror)
+        out[name] = {
+            "files": sum(len(fs) for _, _, fs in os.walk(root)),
+            "bytes_sent": got["sent"], "ratio": got["sent"] / content,
+            "bytes_sent_nothing_changed": unchanged,
+            "ratio_above_file_list": (got["sent"] - unchanged) / content,
+            # of what it sent, the changed files' bytes it had no match for (--stats'
+            # "Literal data"; its "File list size" says 0 with incremental recursion)
+            "literal_bytes": got["literal"]}
+    f = out["fsdurable"]
+    out.update({"files_in_store": f["files"], "bytes_sent": f["bytes_sent"],
+                "ratio": f["ratio"], "bytes_sent_nothing_changed": f["bytes_sent_nothing_changed"],
+                "ratio_above_file_list": f["ratio_above_file_list"],
+                "literal_bytes": f["literal_bytes"],
+                "vs_floor_append": f["bytes_sent"] / out["floor_append"]["bytes_sent"],
+                "vs_floor_write_once": f["bytes_sent"] / out["floor_write_once"]["bytes_sent"]})
     log(f"  rsync after one turn at {p['rsync_messages']} messages: {out}")
     return out
 
@@ -474,7 +521,9 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
             "floor": c["ratios"]["floor_write_bytes_vs_content"]},
         "rsync_bytes_per_turn_vs_content": {
             "value": body["rsync"]["ratio"], "target": "<= 2", "met": body["rsync"]["ratio"] <= 2,
-            "above_file_list": body["rsync"]["ratio_above_file_list"]},
+            "above_file_list": body["rsync"]["ratio_above_file_list"],
+            "floor": body["rsync"]["floor_append"]["ratio"],
+            "floor_write_once": body["rsync"]["floor_write_once"]["ratio"]},
         "small_checkpoint_vs_floor_rename": {
             "value": first["ratios"]["checkpoint_vs_floor_rename"], "target": "<= 1.3",
             "met": first["ratios"]["checkpoint_vs_floor_rename"] <= 1.3},

@@ -316,6 +316,16 @@ def growth(d: dict[str, Any]) -> str:
             + (f" ({size(r['literal_bytes'])} of it the changed files' new bytes: the new "
                "segment, the document, the event log's new lines)." if "literal_bytes" in r
                else "."))
+    if "floor_append" in r:
+        fa, fo = r["floor_append"], r["floor_write_once"]
+        out += (" The same turns synced the same way: the append-only floor (one log, the "
+                f"messages appended) sends {size(fa['bytes_sent'])} ({x(fa['ratio'])}: the new "
+                "bytes and a match token per block of the log it already has); the write-once "
+                f"floor (one new file a turn and a small document, {fo['files']:,} files) sends "
+                f"{size(fo['bytes_sent'])} ({x(fo['ratio'])}: its file list, "
+                f"{size(fo['bytes_sent_nothing_changed'])}). fsdurable: "
+                f"{x(r['vs_floor_write_once'])} the write-once floor, "
+                f"{x(r['vs_floor_append'])} the append-only one.")
     tp = d["throughput"]
     out += ("\n\nReading a whole history (a fresh `Store`, `load`, `tuple(messages)`) against "
             "`orjson.loads` of the same messages as one file:\n\n" +
