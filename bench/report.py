@@ -304,7 +304,20 @@ def growth(d: dict[str, Any]) -> str:
                   [["fsdurable", fmt_time(f["seconds"]), size(f["wchar"]),
                     size(f["write_bytes"]), x(f["write_bytes"] / c["content_bytes"])],
                    ["append-only floor", fmt_time(fl["seconds"]), size(fl["wchar"]),
-                    size(fl["write_bytes"]), x(fl["write_bytes"] / c["content_bytes"])]]))
+                    size(fl["write_bytes"]), x(fl["write_bytes"] / c["content_bytes"])],
+                   *([["write-once floor (the issue's design, bare)",
+                       fmt_time(c["floor_write_once"]["seconds"]),
+                       size(c["floor_write_once"]["wchar"]),
+                       size(c["floor_write_once"]["write_bytes"]),
+                       x(c["floor_write_once"]["write_bytes"] / c["content_bytes"])]]
+                     if "floor_write_once" in c else [])]))
+    if "floor_write_once" in c:
+        out += ("\n\nThe write-once floor: the marker, the session's document by temp, fsync, "
+                "rename and directory fsync at each of the turn's three commits (the question "
+                "inline, the phase, the end naming the turn's new history file), that file the "
+                "same way, the marker removed — no lock, no compare-and-swap, no event log. "
+                f"fsdurable writes {x(c['ratios']['write_bytes_vs_floor_write_once'])} its bytes "
+                f"in {x(c['ratios']['seconds_vs_floor_write_once'])} its time.")
     out += chat_breakdown(c)
     r = d["rsync"]
     out += (f"\n\n`rsync -a --no-whole-file` after one turn of a {r['messages']:,}-message "
