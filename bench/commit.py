@@ -18,15 +18,15 @@ Contenders, interleaved round by round, all on the same filesystem:
                    blob row (UPDATE in its own transaction)
   part_*           two parts of fsdurable's checkpoint on their own, for the breakdown: taking
                    and releasing the session's commit lock, and encoding (warm encoder)
-Fresh process (``first_commit``): a new process (this interpreter, this checkout on its path,
-no ``FSDURABLE_*`` variable, bytecode on) opens the store, loads an in-progress 1 KB session and
-checkpoints it twice; the first checkpoint (the imports and set-up a commit needs the first time:
-the lock module and directory, the atomic writer, the marker read once) against the second
-(warm), ratio of the medians over rounds. Interleaved with it, the same process with the modules
-that first checkpoint imports (as the plain process reports them) imported and timed on their
-own before it: their cost, and the first checkpoint without it. That process then times
-``import portalocker`` too (after its commits: the commit path does not import it on POSIX):
-what taking the lock through the declared lock package would cost a fresh process.
+Fresh process (``first_commit``): a new process (a user's: the clean venv of bench/_venv.py,
+fsdurable installed from its wheel; no ``FSDURABLE_*`` variable, bytecode on) opens the store,
+loads an in-progress 1 KB session and checkpoints it twice; the first checkpoint (the imports and
+set-up a commit needs the first time: the lock module and directory, the atomic writer, the marker
+read once) against the second (warm), ratio of the medians over rounds. Interleaved with it, the
+same process with the modules that first checkpoint imports (as the plain process reports them)
+imported and timed on their own before it: their cost, and the first checkpoint without it. That
+process then times ``import portalocker`` too (after its commits: the commit path does not import
+it on POSIX): what taking the lock through the declared lock package would cost a fresh process.
 The peers get the bytes ready-made (their serialization is not counted): a ring of 16 encodings
 of successive checkpoints of the same session (version and timestamps advance, as they do in
 fsdurable's checkpoints). SQLite rewrites only the pages that changed when a blob keeps its
@@ -278,9 +278,18 @@ def first_commit(work: str, rounds: int) -> dict[str, Any]:
     st = fsdurable.Store(root)
     st.create("first")
     st.begin_turn("first", "hello")
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("FSDURABLE_")}
-    env["PYTHONPATH"] = repo
+    # a user's process: the clean venv (fsdurable from its wheel) as bench/startup.py; the
+    # crowded development interpreter has tempfile & co. loaded by its site hooks, which hid
+    # what importing the commit path costs a user (atomicwrites' tempfile: 3.3 ms there)
+    use_venv = os.environ.get("FSDURABLE_BENCH_VENV", "1") == "1"
+    if use_venv:
+        from ._venv import clean_venv
+
+        python = clean_venv()
+    else:
+        python = sys.executable
+        env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     # Bytecode as in any installed package (as bench/startup.py): with PYTHONDONTWRITEBYTECODE
     # set (some sandboxes and CI images do), every module the first commit imports would be
     # compiled from source in every round. The warm-up round (not counted) writes the .pyc files.
@@ -289,7 +298,7 @@ def first_commit(work: str, rounds: int) -> dict[str, Any]:
     modules = ""  # what the first checkpoint imports (the warm-up round's plain process says)
     for i in range(rounds + 1):  # interleaved: the plain process, then one importing them first
         for pre in (False, True):
-            out = subprocess.run([sys.executable, "-c", _CHILD, root, modules if pre else ""],
+            out = subprocess.run([python, "-c", _CHILD, root, modules if pre else ""],
                                  env=env, cwd=work, capture_output=True, text=True,
                                  timeout=120, check=True).stdout.split()
             first, warm, imp, pl = map(float, out[:4])
@@ -311,7 +320,8 @@ def first_commit(work: str, rounds: int) -> dict[str, Any]:
         f"{med(warms) * 1e3:.2f}ms ({r:.1f}x); its imports ({modules or 'none'}) "
         f"{med(imports) * 1e3:.2f}ms, then the first commit {med(pre_firsts) * 1e3:.2f}ms "
         f"({r_pre:.1f}x); import portalocker {med(portalocker) * 1e3:.2f}ms")
-    return {"rounds": rounds, "first_median_s": med(firsts), "warm_median_s": med(warms),
+    return {"rounds": rounds, "clean_venv": use_venv, "python": python,
+            "first_median_s": med(firsts), "warm_median_s": med(warms),
             "first_vs_warm": r, "first_imports": modules.split(",") if modules else [],
             "imports_median_s": med(imports), "first_after_imports_median_s": med(pre_firsts),
             "first_after_imports_vs_warm": r_pre, "portalocker_import_median_s": med(portalocker)}

@@ -191,7 +191,8 @@ def test_cli_dry_run_hands_a_session_it_cannot_peek_to_the_library(store: Any,
 # ``sys``) does not load either. Each cost a fresh process 0.1-0.6 ms (bench/startup.py).
 NOT_ON_THE_LISTING_PATH = ("fsdurable._commit", "fsdurable._storeturns", "fsdurable._storelocks",
                            "fsdurable._events", "fsdurable._model", "fsdurable._codec",
-                           "fsdurable._locks", "fsdurable._fsio._write", "fsdurable._names",
+                           "fsdurable._locks", "fsdurable._fsio._write", "fsdurable._fsio._atomic",
+                           "fsdurable._names",
                            "contextlib", "weakref", "math", "fcntl", "argparse",
                            "fsdurable.cli._term")
 

@@ -5,23 +5,25 @@ this package, each announced to an optional *recorder* first (``set_recorder``).
 explorer records a workload this way; fault tests make the recorder raise ``OSError`` (ENOSPC,
 EIO, ...) to inject a failure at an exact operation.
 
-Three modules, one concept each:
+Four modules, one concept each:
 
 - ``_base``: the recorder, the typed translation of the disk's refusals (``storage_errors``),
   the open flags and file modes;
 - ``_read``: bounded reads, streamed lines, ``lstat``, listings (never through a symlink, never
   blocking) and whether the filesystem keeps modes (``holds_modes``, ``MODES_HELD``);
-- ``_write``: atomic writes and appends, renames, links, unlinks, directories and modes, with
-  the fsyncs that make them durable (``write_atomic``'s durability contract is there) and the
-  Windows sharing-violation retry.
+- ``_write``: appends, renames, links, unlinks, directories and modes, with the fsyncs that
+  make them durable and the Windows sharing-violation retry;
+- ``_atomic``: the atomic replace, ``write_atomic`` (its durability contract is there), on
+  ``_write``'s fsyncs.
 
 Callers outside the package call ``_fsio.<name>``: a test that patches ``_fsio.<name>`` reaches
 them. Inside, a module calls its own (or an imported) function directly, so a test that must
 reach those calls too patches the defining module (``_fsio._write.fsync_dir``,
 ``_fsio._write._fsync_fd``, ``_fsio._write._SHARING_RETRY``, ``_fsio._read.MODES_HELD``).
 
-``_write`` is imported on the first use of one of its names (``__getattr__``): opening a store
-whose directories exist and listing its markers writes nothing, and never loads it.
+``_write`` and ``_atomic`` are imported on the first use of one of their names
+(``__getattr__``): opening a store whose directories exist and listing its markers writes
+nothing, and never loads them.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from . import _write as _write
+    from ._atomic import write_atomic
     from ._write import (
         append_at,
         append_line,
@@ -55,7 +58,6 @@ if TYPE_CHECKING:
         rename,
         rmdir,
         unlink,
-        write_atomic,
         write_new,
     )
 
@@ -65,15 +67,21 @@ _WRITES = frozenset({"append_at", "append_line", "chmod", "fsync_dir", "fsync_fi
 
 
 def __getattr__(name: str) -> Any:
-    """``_write`` and its names, imported on first use (then module attributes like the rest)."""
-    if name == "_write" or name in _WRITES:
+    """``_write``, ``_atomic`` and their names, imported on first use (then module attributes
+    like the rest)."""
+    if name in ("_write", "_atomic") or name in _WRITES:
         import sys
 
-        __import__(__name__ + "._write")  # not `from . import`: its hasattr would come back here
+        # not `from . import`: its hasattr would come back here
+        __import__(__name__ + "._write")
         write = sys.modules[__name__ + "._write"]
+        if name == "_write":  # as _atomic's own import of it asks, before _atomic is complete
+            return write
+        __import__(__name__ + "._atomic")
+        atomic = sys.modules[__name__ + "._atomic"]
         for n in _WRITES:
-            globals().setdefault(n, getattr(write, n))
-        return globals()[name] if name in _WRITES else write
+            globals().setdefault(n, getattr(atomic if n == "write_atomic" else write, n))
+        return globals()[name] if name in _WRITES else atomic
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

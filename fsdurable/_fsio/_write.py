@@ -1,18 +1,10 @@
-"""Changing the store's files durably: atomic writes, appends, renames, links, unlinks,
-directories and modes, and the fsyncs (of files and directories) that make them last.
+"""Changing the store's files durably: appends, renames, links, unlinks, directories and modes,
+and the fsyncs (of files and directories) that make them last. The atomic replace of a file,
+``write_atomic``, is ``_atomic``'s, on the fsyncs here.
 
-Every operation is announced to the recorder first (``_base._rec``). Durability contract of
-``write_atomic`` (used by the one commit function): the bytes are written to a temp file beside
-the target (``~<name>.<random>.tmp``, a name Dropbox, Nextcloud and our ``.stignore`` skip), the
-temp file is fsynced (``F_FULLFSYNC`` on macOS), renamed over the target (never following a
-symlink planted there: rename replaces the link itself), and the directory is fsynced. When it
-returns, the new content survives a power cut. If it raises before the rename, the old content
-is still under the target name and the temp file is removed; if only the final directory fsync
-fails (EIO), the rename has happened but its durability is unknown — the caller sees
-``DurabilityUnknown`` (a StorageError carrying the new file's stat): the change is made.
-
-The fsync primitives (``_fsync_fd``, ``fsync_dir``) and the Windows sharing retry live here,
-beside their only callers, so a test that patches them here reaches every write.
+Every operation is announced to the recorder first (``_base._rec``). The fsync primitives
+(``_fsync_fd``, ``fsync_dir``) and the Windows sharing retry live here, and ``_atomic`` calls
+them through this module, so a test that patches them here reaches every write.
 """
 
 from __future__ import annotations
@@ -22,8 +14,7 @@ import os
 import stat
 import sys
 
-from .._errors import DurabilityUnknown, UnreadableState
-from .._layout import TEMP_SUFFIX, temp_prefix
+from .._errors import UnreadableState
 from ._base import (
     _O_BINARY,
     _O_CLOEXEC,
@@ -40,7 +31,6 @@ from ._read import _own_dir, lstat
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from contextlib import AbstractContextManager
     from typing import IO, Any
 
 # Windows: replacing or removing a file that another process has open (a sync client, an
@@ -94,9 +84,10 @@ def fsync_dir(path: str) -> None:
 
     Per OS: Linux (and the BSDs) — fsync of the directory's descriptor commits its entries.
     macOS — the same, with ``F_FULLFSYNC`` so the drive's cache is flushed too. Windows — a
-    directory cannot be fsynced through ``os.open``; NTFS journals the rename (``MoveFileEx``)
-    itself and commits it within seconds, so this is a no-op there: a power cut inside that
-    window can lose the rename, never tear a file (the old content stays under its name)."""
+    directory cannot be fsynced through ``os.open``, so this is a no-op there: ``write_atomic``'s
+    rename is atomicwrites' ``MoveFileEx`` with ``MOVEFILE_WRITE_THROUGH`` (on disk when it
+    returns); a plain rename, unlink or mkdir is journalled by NTFS and committed within
+    seconds — a power cut inside that window can lose it, never tear a file."""
     _rec("fsync_dir", path)
     if os.name != "posix":
         return
@@ -105,147 +96,6 @@ def fsync_dir(path: str) -> None:
         _fsync_fd(fd)
     finally:
         os.close(fd)
-
-
-class _Steps:
-    """Our steps of atomicwrites' ``AtomicWriter`` protocol (temp file beside the target, write,
-    fsync, rename or create-if-absent; the temp file removed on failure): our temp names, every
-    step recorded, the inode's stat kept. ``AtomicWriter.open`` drives them. The writer class is
-    built on the first write (``_writer``), so importing this module — every process that opens
-    a store — never imports atomicwrites (and its ``tempfile``, ``shutil``, ``random`` and
-    compression modules: bench/startup.py)."""
-
-    _path: str
-    _overwrite: bool
-    if TYPE_CHECKING:  # AtomicWriter's, which the built class inherits
-        def open(self) -> AbstractContextManager[IO[bytes]]: ...
-
-    def __init__(self, path: str, *, overwrite: bool, durable: bool) -> None:
-        super().__init__(path, mode="wb", overwrite=overwrite)  # type: ignore[call-arg]
-        self._durable = durable
-        self.directory = os.path.dirname(path)
-        self._tmp = ""
-        self._keep = -1  # the temp file's descriptor, open across the rename (closed by us)
-        self.final: os.stat_result | None = None
-
-    def get_fileobject(self, **kwargs: Any) -> IO[bytes]:
-        # as mkstemp does: O_CREAT|O_EXCL, mode 0600, never through a link; but the name is
-        # chosen first so the recorder sees the create BEFORE it happens (an injected fault then
-        # leaves nothing behind, like a real ENOSPC); keep the descriptor instead of reopening
-        # by name as atomicwrites does: the file object atomicwrites closes leaves it open
-        # (closefd=False, unbuffered) for the stat after the rename. The random part is
-        # os.urandom's, as secrets.token_hex's is (without importing secrets, which the first
-        # commit of a process paid 0.5 ms for).
-        prefix = os.path.join(self.directory, temp_prefix(os.path.basename(self._path)))
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
-        while True:
-            name = prefix + os.urandom(6).hex() + TEMP_SUFFIX
-            _rec("create", name)
-            try:
-                fd = os.open(name, flags, FILE_MODE)
-                break
-            except FileExistsError:  # 48 random bits: practically never
-                continue
-        self._tmp = name
-        self._keep = fd
-        return open(fd, "wb", buffering=0, closefd=False)  # atomicwrites closes it, not the fd
-
-    def sync(self, f: IO[bytes]) -> None:
-        f.flush()
-        if self._durable:
-            _rec("fsync", self._tmp)
-            _fsync_fd(f.fileno())
-
-    def commit(self, f: IO[bytes]) -> None:
-        if self._overwrite:
-            _rec("rename", self._tmp, self._path)
-            _retry_sharing(os.replace, self._tmp, self._path)
-        else:
-            try:
-                _rec("link", self._tmp, self._path)
-                os.link(self._tmp, self._path)  # fails if the target exists: no overwrite
-            except OSError as e:
-                if e.errno not in _NO_HARD_LINKS:
-                    raise
-                self._claim_then_rename()
-            else:
-                _rec("unlink", self._tmp)
-                os.unlink(self._tmp)
-        # the stat of OUR inode after the rename (which changed its ctime), race-free; the
-        # directory fsync follows in write_atomic (a failure there is DurabilityUnknown)
-        self.final = os.fstat(self._keep)
-
-    def _claim_then_rename(self) -> None:
-        """Create-if-absent where hard links do not exist (exFAT, FAT, some network and FUSE
-        filesystems): claim the name with O_EXCL (FileExistsError if taken), then rename the
-        written temp file over the empty claim. A crash between the two leaves an empty file
-        under the name, which readers judge unreadable (never a half-written one)."""
-        _rec("create", self._path)
-        fd = os.open(self._path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC,
-                     FILE_MODE)
-        os.close(fd)
-        _rec("rename", self._tmp, self._path)
-        os.replace(self._tmp, self._path)
-
-    def close_keep(self) -> None:
-        if self._keep >= 0:
-            os.close(self._keep)
-            self._keep = -1
-
-    def rollback(self, f: IO[bytes] | None) -> None:
-        if self._tmp:
-            _rec("unlink", self._tmp)
-            os.unlink(self._tmp)
-
-
-_WRITER: list[type[_Steps]] = []
-
-
-def _writer() -> type[_Steps]:
-    """``_Steps`` on atomicwrites' ``AtomicWriter`` (a mandated dependency), built once, on the
-    first write."""
-    if not _WRITER:
-        from atomicwrites import AtomicWriter
-
-        _WRITER.append(type("_Writer", (_Steps, AtomicWriter), {}))
-    return _WRITER[0]
-
-
-def write_atomic(
-    path: str, data: bytes, *, overwrite: bool = True, durable: bool = True,
-    dir_sync: bool = True
-) -> os.stat_result:
-    """Durably replace (or, ``overwrite=False``, create) ``path`` with ``data``.
-
-    ``dir_sync=False``: the file is fsynced, its directory is not — for a batch of files in one
-    directory whose caller fsyncs it once (``fsync_dir``) before anything names them.
-
-    Returns the stat of the new file as it stands after the rename (taken through a descriptor
-    of the same inode, so no other writer can slip in), for the caller to recognise its own write
-    later without re-reading it.
-    """
-    with storage_errors(path, "write"):
-        writer = _writer()(path, overwrite=overwrite, durable=durable)
-        try:
-            with writer.open() as f:  # atomicwrites: get_fileobject, sync, commit | rollback
-                _rec("write", writer._tmp, data)
-                view = memoryview(data)
-                while view:  # unbuffered: a short write (a signal, ENOSPC part-way) goes on
-                    view = view[f.write(view):]
-            final = writer.final
-            assert final is not None
-        finally:
-            writer.close_keep()
-    if durable and dir_sync:
-        try:
-            fsync_dir(writer.directory)
-        except OSError as e:  # renamed already: the new content is in place, not proven durable
-            name = errno.errorcode.get(e.errno or 0, str(e.errno))
-            raise DurabilityUnknown(
-                f"{path} was replaced, but the directory fsync failed ({e.strerror or name}): "
-                "the new content is in place and may not survive a power cut",
-                path=path, reason=name, errno=e.errno, stat=final) from e
-    return final
 
 
 def write_new(path: str, data: bytes, *, durable: bool = True) -> None:
