@@ -161,20 +161,18 @@ def chat(store: Any, work: str, p: dict[str, Any]) -> dict[str, Any]:
         store.end_turn(s, a)
     seconds, after = time.perf_counter() - t0, io_counters()
     ours = {k: after[k] - before[k] for k in after}
-    floor_dir = os.path.join(work, "chat-floor")
-    os.makedirs(floor_dir)
-    before, t0 = io_counters(), time.perf_counter()
-    floor_turns(floor_dir, texts)
-    floor_s, after = time.perf_counter() - t0, io_counters()
-    floor = {k: after[k] - before[k] for k in after}
+    def measured(name: str, turns_of: Any) -> tuple[float, dict[str, int]]:
+        d = os.path.join(work, name)
+        os.makedirs(d)
+        before, t0 = io_counters(), time.perf_counter()
+        turns_of(d, texts)
+        took, after = time.perf_counter() - t0, io_counters()
+        return took, {k: after[k] - before[k] for k in after}
+
+    floor_s, floor = measured("chat-floor", floor_turns)
     if not floor["write_bytes"]:
         raise RuntimeError("write_bytes stayed 0 (tmpfs?): bytes written cannot be measured here")
-    once_dir = os.path.join(work, "chat-floor-once")
-    os.makedirs(once_dir)
-    before, t0 = io_counters(), time.perf_counter()
-    floor_once_turns(once_dir, texts)
-    once_s, after = time.perf_counter() - t0, io_counters()
-    once = {k: after[k] - before[k] for k in after}
+    once_s, once = measured("chat-floor-once", floor_once_turns)
     out = {"turns": turns, "content_bytes": content,
            "fsdurable": {"seconds": seconds, **ours}, "floor_append": {"seconds": floor_s, **floor},
            "floor_write_once": {"seconds": once_s, **once},
