@@ -126,3 +126,39 @@ def test_a_file_corrupted_or_deleted_under_a_held_document(tmp_path: Path) -> No
     assert run(s.pop_item()) is None  # the deletion is seen: nothing to pop
     run(s.add_items([msg(4)]))
     assert run(s.get_items()) == [msg(4)]
+
+
+@pytest.mark.parametrize("op", ["add", "pop", "clear", "pop_empty", "clear_empty"])
+def test_a_replace_the_stat_cannot_see_is_read_again(tmp_path: Path, op: str) -> None:
+    """A held document's stat is trusted without re-reading the file's first bytes (the
+    commit's compare-and-swap re-reads them); a replace that leaves the stat as it was (a
+    coarse clock, a tool restoring size and times) is caught there and the mutation is made
+    on what is on disk — a mutation that writes nothing confirms the file itself."""
+    from fsdurable._filecache import key
+
+    root, other = tmp_path / "store", tmp_path / "other"
+    s = FileSession("s1", fsdurable.Store(root))
+    empty = op.endswith("_empty")
+    run(s.add_items([msg(1)]))
+    if empty:
+        run(s.clear_session())  # held: no items
+    shutil.copytree(root, other)
+    t = FileSession("s1", fsdurable.Store(other))
+    if not empty:
+        assert run(t.pop_item()) == msg(1)
+    run(t.add_items([msg("x")]))  # the other copy holds x where ours holds 1 (or nothing)
+    with open(doc(root), "r+b") as f:  # in place: the same inode
+        f.write(doc(other).read_bytes())
+        f.truncate()
+    seen = s.store._cache._seen["s1"]
+    seen.key = key(os.lstat(doc(root)))  # as if the stat had not changed (a coarse clock)
+    seen.racy = True
+    if op == "add":
+        run(s.add_items([msg(2)]))
+        assert run(s.get_items()) == [msg("x"), msg(2)]
+    elif op.startswith("pop"):
+        assert run(s.pop_item()) == msg("x")
+        assert run(s.get_items()) == []
+    else:
+        run(s.clear_session())
+        assert run(s.get_items()) == []
