@@ -186,8 +186,8 @@ class FileSession:
         """``fn(items) -> (new items, result)`` committed (nothing if it returns the same
         sequence). A write: a bad file is quarantined and an older session migrated by the
         repair gate first (each an event)."""
-        sid = self.session_id
-        with self.store.commit_lock(sid):
+        sid = self.session_id  # validated once, by __init__
+        with self.store._commit_lock(sid):
             doc, self._doc = self._doc, None  # set again only once this mutation succeeded
             s = self._current(sid, doc, confirm=False)
             if s is not None and s is doc:  # held, its stat unchanged: a recent stat is not
