@@ -175,10 +175,12 @@ class FileSession:
         got = items(self._load())
         return list(got if limit is None or limit < 0 else got[-limit:])
 
-    def _load(self) -> Session | None:
-        """The session (None if missing); a bad file raises and stays where it is."""
+    def _load(self, *, held: bool = False) -> Session | None:
+        """The session (None if missing); a bad file raises and stays where it is. ``held``:
+        the document last committed here while the file is that commit (to count, never to
+        hand values out: the caller may change them)."""
         try:
-            return self.store.load(self.session_id)
+            return self.store._load_known(self.session_id, self._doc if held else None)
         except SessionNotFound:
             return None
 

@@ -162,3 +162,40 @@ def test_a_replace_the_stat_cannot_see_is_read_again(tmp_path: Path, op: str) ->
     else:
         run(s.clear_session())
         assert run(s.get_items()) == []
+
+
+def test_a_durable_run_s_model_calls_read_no_document_of_their_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At each model call the driver counts the session's items from the document this session
+    last committed (unread while the file is that commit) and hands the checkpoint it commits
+    to the session, whose next ``add_items`` starts from it: on 984eefb each of the three read
+    the document again (a parse per boundary, and one per ``add_items`` after it)."""
+    pytest.importorskip("agents", reason="the openai-agents extra is not installed")
+    import traceback
+
+    from fsdurable import openai_agents as oa
+
+    from . import oa_agent
+
+    monkeypatch.setenv("OA_LOG", str(tmp_path / "log"))
+    monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
+    where: list[set[str]] = []
+    real = _codec.parse_session
+
+    def counting(*a: Any, **kw: Any) -> Any:
+        where.append({f.name for f in traceback.extract_stack()})
+        return real(*a, **kw)
+
+    monkeypatch.setattr(_codec, "parse_session", counting)
+    store = fsdurable.Store(tmp_path / "store")
+
+    async def main() -> Any:
+        fs = FileSession("chat", store)
+        return await oa.run(oa_agent.make_agent(), "add", session=fs, effects=oa_agent.EFFECTS,
+                            debounce=0)
+
+    assert run(main()).final_output == oa_agent.FINAL
+    assert [w for w in where if "_boundary" in w and "_patch" not in w] == []  # its count
+    assert sum("_boundary" in w for w in where) <= 3  # the turn API's read-modify-writes
+    mutations = sum("_mutate" in w for w in where)
+    assert mutations <= 2  # after a commit of a tool's outcome (the turn API reads those)
