@@ -1,6 +1,7 @@
 """FileSession keeps the document it last committed and reuses it for its next mutation only
 while the file on disk is still that commit (``Store._load_known``: judged by stat as the
-compare-and-swap judges it, a recent stat confirmed from the file's first bytes). Whatever
+compare-and-swap judges it; a recent stat is confirmed from the file's first bytes by the
+commit's compare-and-swap, or here when the mutation writes nothing). Whatever
 replaced the file meanwhile — another process's commit, a sync tool's older copy or another
 node's commit of the same version, a corrupt file, a deletion — is read again, never written
 over from the stale copy."""
