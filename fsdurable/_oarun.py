@@ -149,8 +149,11 @@ class Driver:
         await run_sync(self._boundary, state)
 
     def _boundary(self, state: str) -> None:
-        n = len(self.st.items(self.fs._load()))  # what the SDK saved to the session so far
+        n = len(self.st.items(self.fs._load(held=True)))  # what the SDK saved to it so far
+        was = self.t.session
         self.t.boundary("model_call", lambda s: self.st.with_record(s, state=state, items_at=n))
+        if self.t.session is not was:  # committed: the SDK's next add_items starts from it
+            self.fs._doc = self.t.session  # (unread while the file is still that commit)
 
     async def refuse(self, item: Any) -> str:
         """An approval asked for with nobody present: refused by the protocol (an event)."""

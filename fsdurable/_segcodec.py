@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -121,23 +121,46 @@ def encode_values(sid: str, first: int, values: Sequence[Any], lane: str | None 
     (for the message of a finding)."""
     import orjson
 
-    from ._codec import _check_finite, _conv
-
+    check = _CHECK[0] if _CHECK else _check_finite()
     if lane is None:
+        from ._codec import _conv
+
         unstructure = _conv().unstructure
         for i, m in enumerate(values):
             if m.tool_calls:
-                _check_finite([c.arguments for c in m.tool_calls], sid,
-                              f"message {first + i}'s tool call arguments")
+                check([c.arguments for c in m.tool_calls], sid,
+                      f"message {first + i}'s tool call arguments")
         raw: list[Any] = [unstructure(m) for m in values]
     else:
-        _check_finite(list(values), sid, f"lane {lane}'s items")
-        raw = list(values)
+        # a lane's values are encoded first: orjson writes a NaN or an infinity as null, so
+        # bytes without "null" hold none and the walk is needed only for those with one (or
+        # when orjson refuses a value: the walk's finding comes first, as it did before)
+        try:
+            out = tuple(map(orjson.dumps, values))
+        except TypeError as e:
+            check(list(values), sid, f"lane {lane}'s items")
+            raise InvalidState(f"session {sid}'s messages are not JSON-serialisable: {e}",
+                               session_id=sid, reason="not_json") from e
+        if any(b"null" in b for b in out):
+            check(list(values), sid, f"lane {lane}'s items")
+        return out
     try:
         return tuple(orjson.dumps(v) for v in raw)
     except TypeError as e:
         raise InvalidState(f"session {sid}'s messages are not JSON-serialisable: {e}",
                            session_id=sid, reason="not_json") from e
+
+
+_CHECK: list[Callable[[Any, str, str], bool]] = []
+
+
+def _check_finite() -> Callable[[Any, str, str], bool]:
+    """``_codec._check_finite``, imported once (``_codec`` imports this module; a relative import
+    in a function costs ~2 us per call)."""
+    from ._codec import _check_finite
+
+    _CHECK.append(_check_finite)
+    return _check_finite
 
 
 def encode_segment(sid: str, first: int, prev: HistoryRef | None, node: str,

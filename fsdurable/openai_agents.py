@@ -34,9 +34,9 @@ import attrs
 
 from ._aio import run_sync
 from ._async import AsyncStore, StoreLike, as_store
-from ._errors import InvalidState, SessionNotFound, UnreadableState
+from ._errors import ConflictError, InvalidState, SessionNotFound, UnreadableState
 from ._layout import validate_session_id
-from ._model import Session, adapter_ns, with_adapter_ns
+from ._model import Session, adapter_ns, extended, with_adapter_ns
 from ._tools import ToolContext
 
 if TYPE_CHECKING:
@@ -156,9 +156,7 @@ class FileSession:
         if not new:
             return
         add = tuple(_json(list(new), "an item", self.session_id))
-        from ._history import extend
-
-        await run_sync(self._mutate, lambda cur: (extend(cur, add), None))
+        await run_sync(self._mutate, lambda cur: (extended(cur, *add), None))
 
     async def pop_item(self) -> Item | None:
         def pop(cur: Sequence[Item]) -> tuple[Sequence[Item], Item | None]:
@@ -177,10 +175,12 @@ class FileSession:
         got = items(self._load())
         return list(got if limit is None or limit < 0 else got[-limit:])
 
-    def _load(self) -> Session | None:
-        """The session (None if missing); a bad file raises and stays where it is."""
+    def _load(self, *, held: bool = False) -> Session | None:
+        """The session (None if missing); a bad file raises and stays where it is. ``held``:
+        the document last committed here while the file is that commit (to count, never to
+        hand values out: the caller may change them)."""
         try:
-            return self.store.load(self.session_id)
+            return self.store._load_known(self.session_id, self._doc if held else None)
         except SessionNotFound:
             return None
 
@@ -188,22 +188,24 @@ class FileSession:
         """``fn(items) -> (new items, result)`` committed (nothing if it returns the same
         sequence). A write: a bad file is quarantined and an older session migrated by the
         repair gate first (each an event)."""
-        from ._codec import inline_lanes
-        from ._repair import repair_session
-
-        sid = self.session_id
-        with self.store.commit_lock(sid):
+        sid = self.session_id  # validated once, by __init__
+        with self.store._commit_lock(sid):
             doc, self._doc = self._doc, None  # set again only once this mutation succeeded
-            try:
-                s: Session | None = self.store._load_known(sid, doc)
-            except SessionNotFound:
-                s = None
-            except UnreadableState:
-                repair_session(self.store, sid)
-                s = None
-            if s is not None and inline_lanes(s):  # an older session: its items inline
-                repair_session(self.store, sid)
-                s = self._load()
+            s = self._current(sid, doc, confirm=False)
+            if s is not None and s is doc:  # held, its stat unchanged: a recent stat is not
+                cur = items(s)              # re-read here, the compare-and-swap confirms it
+                new, out = fn(cur)
+                try:
+                    if new is not cur:
+                        self._doc = self.store._commit_locked(with_items(s, new), s.version)
+                        return out
+                    got = self._current(sid, s)  # nothing to write: confirmed here instead
+                    if got is s:
+                        self._doc = s
+                        return out
+                    s = got
+                except ConflictError:  # replaced by a file of the same stat: read it
+                    s = self._current(sid, None)
             cur = items(s)
             new, out = fn(cur)
             if new is cur:
@@ -212,8 +214,33 @@ class FileSession:
             if s is None:
                 self._doc = self.store.create(sid, source=SOURCE, lanes={KEY: new})
             else:
-                self._doc = self.store.commit(with_items(s, new), s.version)
+                self._doc = self.store._commit_locked(with_items(s, new), s.version)
             return out
+
+    def _current(self, sid: str, known: Session | None, *, confirm: bool = True
+                 ) -> Session | None:
+        """The session on disk (``known`` while the file is still that commit; None if
+        missing); a write's: a bad file is quarantined, an older session's inline items
+        migrated (the repair gate)."""
+        try:
+            s = self.store._load_known(sid, known, confirm=confirm)
+        except SessionNotFound:
+            return None
+        except UnreadableState:
+            from ._repair import repair_session
+
+            repair_session(self.store, sid)
+            return None
+        if s is known:
+            return s  # read or committed here before: checked then
+        from ._codec import inline_lanes
+
+        if inline_lanes(s):  # an older session: its items inline
+            from ._repair import repair_session
+
+            repair_session(self.store, sid)
+            return self._load()
+        return s
 
 
 # ---------------------------------------------------------------------------------- durable runs

@@ -134,3 +134,50 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(b, list):
         return type(a) is list and len(a) == len(b) and all(map(_same, a, b))
     return type(a) is type(b) and a == b
+
+
+@pytest.mark.parametrize("bad", NON_FINITE, ids=["nan", "inf", "-inf"])
+def test_non_finite_lane_values_are_refused_and_nothing_is_written(root: Path, bad: float
+                                                                   ) -> None:
+    """A lane's values are encoded first and walked only where the bytes hold a ``null``
+    (``_segcodec.encode_values``): every NaN or infinity is still found — with real nulls
+    beside it, inside a dict or a list, after a value orjson refuses."""
+    store = fsdurable.Store(root)
+    s = store.create("l", lanes={"x": [{"a": None}]})
+    before = (root / "sessions" / "l.json").read_bytes()
+    for values in ([{"a": bad}], [{"ok": 1}, [1, {"b": (2, bad)}]], [{"n": None, "v": [bad]}],
+                   ["null", {"x": bad}], [{"x": bad}, {"y": object()}],
+                   [{"y": object()}, {"x": bad}]):
+        with pytest.raises(InvalidState) as info:
+            store.save(attrs.evolve(s, lanes={"x": (*s.lanes["x"], *values)}))
+        assert info.value.reason == "not_json" and info.value.session_id == "l"
+    assert (root / "sessions" / "l.json").read_bytes() == before
+    assert list(store.load("l").lanes["x"]) == [{"a": None}]
+
+
+@settings(deadline=None, max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(WILD_JSON, min_size=1, max_size=4))
+def test_every_lane_value_round_trips_exactly_or_is_refused(values: list[Any]) -> None:
+    from fsdurable._history import decode_values, encode_values
+
+    try:
+        data = encode_values("h", 0, values, "x")
+    except InvalidState:
+        assert any(_non_finite(v) for v in values) or any(_big(v) for v in values)
+        return
+    back = decode_values(data, sid="h", lane="x", first=0)
+    assert len(back) == len(values) and all(map(_same, back, values))
+
+
+def _non_finite(v: Any) -> bool:
+    if isinstance(v, float):
+        return not math.isfinite(v)
+    items = v.values() if isinstance(v, dict) else v if isinstance(v, list) else ()
+    return any(map(_non_finite, items))
+
+
+def _big(v: Any) -> bool:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return not -(2**63) <= v < 2**64
+    items = v.values() if isinstance(v, dict) else v if isinstance(v, list) else ()
+    return any(map(_big, items))

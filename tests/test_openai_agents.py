@@ -252,6 +252,9 @@ def test_non_json_items_are_refused_and_nothing_is_lost(tmp_path: Path) -> None:
         await s.add_items([msg(1)])
         with pytest.raises(fsdurable.InvalidState):
             await s.add_items([{"x": object()}])
+        for bad in ({"n": 2**70}, {"x": [float("nan")]}, {"x": {"y": float("-inf")}}):
+            with pytest.raises(fsdurable.InvalidState):  # never stored changed (as a float,
+                await s.add_items([msg(2), bad])         # or null): refused whole
         assert await s.get_items() == [msg(1)]
 
     run(main())

@@ -1,6 +1,7 @@
 """FileSession keeps the document it last committed and reuses it for its next mutation only
 while the file on disk is still that commit (``Store._load_known``: judged by stat as the
-compare-and-swap judges it, a recent stat confirmed from the file's first bytes). Whatever
+compare-and-swap judges it; a recent stat is confirmed from the file's first bytes by the
+commit's compare-and-swap, or here when the mutation writes nothing). Whatever
 replaced the file meanwhile — another process's commit, a sync tool's older copy or another
 node's commit of the same version, a corrupt file, a deletion — is read again, never written
 over from the stale copy."""
@@ -126,3 +127,76 @@ def test_a_file_corrupted_or_deleted_under_a_held_document(tmp_path: Path) -> No
     assert run(s.pop_item()) is None  # the deletion is seen: nothing to pop
     run(s.add_items([msg(4)]))
     assert run(s.get_items()) == [msg(4)]
+
+
+@pytest.mark.parametrize("op", ["add", "pop", "clear", "pop_empty", "clear_empty"])
+def test_a_replace_the_stat_cannot_see_is_read_again(tmp_path: Path, op: str) -> None:
+    """A held document's stat is trusted without re-reading the file's first bytes (the
+    commit's compare-and-swap re-reads them); a replace that leaves the stat as it was (a
+    coarse clock, a tool restoring size and times) is caught there and the mutation is made
+    on what is on disk — a mutation that writes nothing confirms the file itself."""
+    from fsdurable._filecache import key
+
+    root, other = tmp_path / "store", tmp_path / "other"
+    s = FileSession("s1", fsdurable.Store(root))
+    empty = op.endswith("_empty")
+    run(s.add_items([msg(1)]))
+    if empty:
+        run(s.clear_session())  # held: no items
+    shutil.copytree(root, other)
+    t = FileSession("s1", fsdurable.Store(other))
+    if not empty:
+        assert run(t.pop_item()) == msg(1)
+    run(t.add_items([msg("x")]))  # the other copy holds x where ours holds 1 (or nothing)
+    with open(doc(root), "r+b") as f:  # in place: the same inode
+        f.write(doc(other).read_bytes())
+        f.truncate()
+    seen = s.store._cache._seen["s1"]
+    seen.key = key(os.lstat(doc(root)))  # as if the stat had not changed (a coarse clock)
+    seen.racy = True
+    if op == "add":
+        run(s.add_items([msg(2)]))
+        assert run(s.get_items()) == [msg("x"), msg(2)]
+    elif op.startswith("pop"):
+        assert run(s.pop_item()) == msg("x")
+        assert run(s.get_items()) == []
+    else:
+        run(s.clear_session())
+        assert run(s.get_items()) == []
+
+
+def test_a_durable_run_s_model_calls_read_no_document_of_their_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At each model call the driver counts the session's items from the document this session
+    last committed (unread while the file is that commit) and hands the checkpoint it commits
+    to the session, whose next ``add_items`` starts from it: on 984eefb each of the three read
+    the document again (a parse per boundary, and one per ``add_items`` after it)."""
+    pytest.importorskip("agents", reason="the openai-agents extra is not installed")
+    import traceback
+
+    from fsdurable import openai_agents as oa
+
+    from . import oa_agent
+
+    monkeypatch.setenv("OA_LOG", str(tmp_path / "log"))
+    monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
+    where: list[set[str]] = []
+    real = _codec.parse_session
+
+    def counting(*a: Any, **kw: Any) -> Any:
+        where.append({f.name for f in traceback.extract_stack()})
+        return real(*a, **kw)
+
+    monkeypatch.setattr(_codec, "parse_session", counting)
+    store = fsdurable.Store(tmp_path / "store")
+
+    async def main() -> Any:
+        fs = FileSession("chat", store)
+        return await oa.run(oa_agent.make_agent(), "add", session=fs, effects=oa_agent.EFFECTS,
+                            debounce=0)
+
+    assert run(main()).final_output == oa_agent.FINAL
+    assert [w for w in where if "_boundary" in w and "_patch" not in w] == []  # its count
+    assert sum("_boundary" in w for w in where) <= 3  # the turn API's read-modify-writes
+    mutations = sum("_mutate" in w for w in where)
+    assert mutations <= 2  # after a commit of a tool's outcome (the turn API reads those)
