@@ -76,6 +76,9 @@ LAYOUT_FLAG = "@layout2"  # an empty directory in a node directory written with 
 ALT = ".alt"  # beside a directory that is a symlink or a file: never followed, never replaced
 _DAY = r"(\d{4}-\d\d-\d\d)\.jsonl"
 _DAY_RE: list[re.Pattern[str]] = []  # compiled on first use: an append to a migrated log needs none
+# A line of the log is one event (a few hundred bytes); a longer one is skipped and reported.
+MAX_LINE = 1 << 20
+MAX_UNWRITTEN = 10_000  # events kept in memory while the disk refuses them (oldest dropped, logged)
 
 
 def _day_file(name: str) -> re.Match[str] | None:
@@ -83,9 +86,7 @@ def _day_file(name: str) -> re.Match[str] | None:
     if not _DAY_RE:
         _DAY_RE.append(re.compile(_DAY))
     return _DAY_RE[0].fullmatch(name)
-# A line of the log is one event (a few hundred bytes); a longer one is skipped and reported.
-MAX_LINE = 1 << 20
-MAX_UNWRITTEN = 10_000  # events kept in memory while the disk refuses them (oldest dropped, logged)
+
 
 def day_of(at: float) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(at))
