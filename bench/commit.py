@@ -27,6 +27,12 @@ same process with the modules that first checkpoint imports (as the plain proces
 imported and timed on their own before it: their cost, and the first checkpoint without it. That
 process then times ``import portalocker`` too (after its commits: the commit path does not import
 it on POSIX): what taking the lock through the declared lock package would cost a fresh process.
+Two references for that ratio, in the same rounds: the floor's own first write against its
+second in a fresh process (``floor_first``: a third process in the same state, store opened and
+session loaded, writing the session's bytes with the floor's steps into a directory of its own),
+and each process's third write after a 50 ms pause (``*_after_pause``): the disk's part of a
+first write is paid by any write after a pause (an agent's checkpoints are seconds apart), not
+only by a fresh process's first.
 The peers get the bytes ready-made (their serialization is not counted): a ring of 16 encodings
 of successive checkpoints of the same session (version and timestamps advance, as they do in
 fsdurable's checkpoints). SQLite rewrites only the pages that changed when a blob keeps its
@@ -258,11 +264,48 @@ t1 = time.perf_counter()
 s = st.checkpoint(s)
 t2 = time.perf_counter()
 new = sorted(set(sys.modules) - before)
+time.sleep(0.05)
+t3 = time.perf_counter()
+s = st.checkpoint(s)
+t4 = time.perf_counter()
 if pre:
     t = time.perf_counter()
     import portalocker
     pl = time.perf_counter() - t
-print(t1 - t0, t2 - t1, imp, pl, ",".join(new) or "-")
+print(t1 - t0, t2 - t1, imp, pl, ",".join(new) or "-", t4 - t3)
+"""
+
+# the floor's steps (Floor.write) in a fresh process in the same state as _CHILD's before its
+# first checkpoint: first write, second, third after a pause
+_FLOOR_CHILD = """
+import os, sys, time
+import fsdurable
+st = fsdurable.Store(sys.argv[1])
+s = st.load("first")
+with open(st.layout.session("first"), "rb") as f:
+    data = f.read()
+d = sys.argv[2]
+path, tmp = os.path.join(d, "floor.json"), os.path.join(d, "~floor.json.tmp")
+def write():
+    t = time.perf_counter()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+    return time.perf_counter() - t
+a = write()
+b = write()
+time.sleep(0.05)
+c = write()
+print(a, b, c)
 """
 
 
@@ -294,9 +337,13 @@ def first_commit(work: str, rounds: int) -> dict[str, Any]:
     # set (some sandboxes and CI images do), every module the first commit imports would be
     # compiled from source in every round. The warm-up round (not counted) writes the .pyc files.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    floor_dir = os.path.join(work, "first-floor")
+    os.makedirs(floor_dir, exist_ok=True)
     firsts, warms, pre_firsts, imports, portalocker = [], [], [], [], []
+    paused: list[float] = []
+    floors: list[list[float]] = [[], [], []]  # the floor's first, second, after a pause
     modules = ""  # what the first checkpoint imports (the warm-up round's plain process says)
-    for i in range(rounds + 1):  # interleaved: the plain process, then one importing them first
+    for i in range(rounds + 1):  # interleaved: the plain process, one importing them first, floor
         for pre in (False, True):
             out = subprocess.run([python, "-c", _CHILD, root, modules if pre else ""],
                                  env=env, cwd=work, capture_output=True, text=True,
@@ -309,22 +356,36 @@ def first_commit(work: str, rounds: int) -> dict[str, Any]:
             if not pre:
                 firsts.append(first)
                 warms.append(warm)
+                paused.append(float(out[5]))
             else:
                 pre_firsts.append(first)
                 imports.append(imp)
                 portalocker.append(pl)
+        out = subprocess.run([python, "-c", _FLOOR_CHILD, root, floor_dir], env=env,
+                             cwd=work, capture_output=True, text=True, timeout=120,
+                             check=True).stdout.split()
+        if i:
+            for acc, v in zip(floors, out, strict=True):
+                acc.append(float(v))
     med = statistics.median
     r = med(firsts) / med(warms)
     r_pre = med(pre_firsts) / med(warms)
+    f1, f2, f3 = (med(v) for v in floors)
     log(f"  first commit of a fresh process {med(firsts) * 1e3:.2f}ms, warm "
         f"{med(warms) * 1e3:.2f}ms ({r:.1f}x); its imports ({modules or 'none'}) "
         f"{med(imports) * 1e3:.2f}ms, then the first commit {med(pre_firsts) * 1e3:.2f}ms "
-        f"({r_pre:.1f}x); import portalocker {med(portalocker) * 1e3:.2f}ms")
+        f"({r_pre:.1f}x); import portalocker {med(portalocker) * 1e3:.2f}ms; the floor's "
+        f"first write {f1 * 1e3:.2f}ms vs second {f2 * 1e3:.2f}ms ({f1 / f2:.1f}x); after a "
+        f"50 ms pause: the floor {f3 * 1e3:.2f}ms, a warm commit {med(paused) * 1e3:.2f}ms")
     return {"rounds": rounds, "clean_venv": use_venv, "python": python,
             "first_median_s": med(firsts), "warm_median_s": med(warms),
             "first_vs_warm": r, "first_imports": modules.split(",") if modules else [],
             "imports_median_s": med(imports), "first_after_imports_median_s": med(pre_firsts),
-            "first_after_imports_vs_warm": r_pre, "portalocker_import_median_s": med(portalocker)}
+            "first_after_imports_vs_warm": r_pre, "portalocker_import_median_s": med(portalocker),
+            "floor_first_median_s": f1, "floor_second_median_s": f2,
+            "floor_first_vs_second": f1 / f2,
+            "floor_after_pause_median_s": f3, "warm_after_pause_median_s": med(paused),
+            "first_vs_warm_after_pause": med(firsts) / med(paused)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -615,10 +615,19 @@ def notes(data: dict[str, Any]) -> str:
                         "them imported first, the first checkpoint took "
                         f"{fmt_time(fc['first_after_imports_median_s'])} "
                         f"({x(fc['first_after_imports_vs_warm'])} warm): the store's lock "
-                        "directory found (its state dir, two `realpath`s), the lock file opened, "
+                        "directory found (its state dir), the lock file opened, "
                         "the marker read once, and the commit path's first run in the process. "
                         "`import portalocker`, which the lock does not need on POSIX, took "
-                        f"{fmt_time(fc['portalocker_import_median_s'])} in the same processes.")
+                        f"{fmt_time(fc['portalocker_import_median_s'])} in the same processes."
+                        + (f" The floor's own steps in a fresh process: its first write took "
+                           f"{fmt_time(fc['floor_first_median_s'])}, its second "
+                           f"{fmt_time(fc['floor_second_median_s'])} "
+                           f"({x(fc['floor_first_vs_second'])}). After a 50 ms pause the "
+                           f"floor's write took {fmt_time(fc['floor_after_pause_median_s'])} "
+                           "and a warm commit "
+                           f"{fmt_time(fc['warm_after_pause_median_s'])}: the disk's part of "
+                           "a first write is paid by any write after a pause, not only by a "
+                           "fresh process's first." if "floor_first_vs_second" in fc else ""))
                 else:  # a result of the code before fcntl.flock was called directly
                     out.append(
                         head + "Of it, `import portalocker` (the mandated lock package, imported "

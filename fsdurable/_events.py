@@ -74,10 +74,19 @@ STORE_KEY = "@store"  # the directory of events about no session (not a valid se
 LEGACY_KEY = "@legacy"  # this node's day files from the flat layout, moved aside at first append
 LAYOUT_FLAG = "@layout2"  # an empty directory in a node directory written with this layout
 ALT = ".alt"  # beside a directory that is a symlink or a file: never followed, never replaced
-_DAY_RE = re.compile(r"(\d{4}-\d\d-\d\d)\.jsonl")
+_DAY = r"(\d{4}-\d\d-\d\d)\.jsonl"
+_DAY_RE: list[re.Pattern[str]] = []  # compiled on first use: an append to a migrated log needs none
 # A line of the log is one event (a few hundred bytes); a longer one is skipped and reported.
 MAX_LINE = 1 << 20
 MAX_UNWRITTEN = 10_000  # events kept in memory while the disk refuses them (oldest dropped, logged)
+
+
+def _day_file(name: str) -> re.Match[str] | None:
+    """``name`` as a day file's (its day in group 1), or None."""
+    if not _DAY_RE:
+        _DAY_RE.append(re.compile(_DAY))
+    return _DAY_RE[0].fullmatch(name)
+
 
 def day_of(at: float) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(at))
@@ -229,7 +238,7 @@ class EventLog:
         flag = os.path.join(node_dir, LAYOUT_FLAG)
         if _fsio.lstat(flag) is not None:
             return
-        names = [n for n in _fsio.list_names(node_dir) if _DAY_RE.fullmatch(n)]
+        names = [n for n in _fsio.list_names(node_dir) if _day_file(n)]
         if names:
             legacy = self._dir(node_dir, LEGACY_KEY)
             for n in names:
@@ -292,17 +301,17 @@ class EventLog:
         else:
             keys = [session_id, session_id + ALT, LEGACY_KEY]
             if _fsio.lstat(os.path.join(node_dir, LAYOUT_FLAG)) is None:  # the flat layout
-                keys += sorted(n for n in _fsio.list_names(node_dir) if _DAY_RE.fullmatch(n))
+                keys += sorted(n for n in _fsio.list_names(node_dir) if _day_file(n))
         for key in keys:
             if key.startswith(("~", ".")) or key == LAYOUT_FLAG:
                 continue
             path = os.path.join(node_dir, key)
             kind = self._kind(path, node, damage)
-            if kind == "file" and _DAY_RE.fullmatch(key):  # a flat-layout day file
+            if kind == "file" and _day_file(key):  # a flat-layout day file
                 yield path
             elif kind == "dir":
                 for name in sorted(_fsio.list_names(path)):
-                    if _DAY_RE.fullmatch(name):
+                    if _day_file(name):
                         yield os.path.join(path, name)
 
     def _events_in(self, path: str, node: str, damage: list[Event]) -> Iterator[Event]:
@@ -348,7 +357,7 @@ class EventLog:
                 if key == LAYOUT_FLAG or not _is_dir(path):
                     continue
                 for day_file in sorted(_fsio.list_names(path)):
-                    m = _DAY_RE.fullmatch(day_file)
+                    m = _day_file(day_file)
                     if m is None or m.group(1) >= cutoff:
                         continue
                     fp = os.path.join(path, day_file)

@@ -154,23 +154,24 @@ def default_root() -> str:
     return os.path.join(data, "store")
 
 
-def state_dir(root: str) -> str:
+def state_dir(root: str, *, real: bool = False) -> str:
     """Machine-local state of one store (locks, node id): outside ROOT, never synced.
 
     ``FSDURABLE_STATE_DIR`` overrides the base (tests, sandboxes). The store directory's identity
     (device and inode) keys it, not its path: the same store reached through a symlink, a bind
     mount or a second mount point shares one set of locks (else a recovery and a live turn could
-    run one route at once), while a copy of the store (rsync) gets its own.
+    run one route at once), while a copy of the store (rsync) gets its own. ``real``: ``root``
+    is a real path already (``Store.root``, resolved at open), not resolved again.
     """
     base = _state_base()
     import hashlib  # not at module top: loading OpenSSL costs milliseconds at startup
 
-    real = _outside(base, root)
+    real_root = _outside(base, root, real=real)
     try:
-        st = os.stat(real)
+        st = os.stat(real_root)
         ident = f"{st.st_dev}:{st.st_ino}"
     except FileNotFoundError:  # not created yet: nothing can hold its locks
-        ident = real
+        ident = real_root
     key = hashlib.sha256(ident.encode()).hexdigest()[:24]
     return os.path.join(base, "stores", key)
 
@@ -200,20 +201,20 @@ def _platform_state() -> str:
     return platformdirs.user_state_dir("fsdurable", appauthor=False)
 
 
-def _outside(base: str, root: str) -> str:
-    """``realpath(root)``, once sure machine-local state under ``base`` is not inside the store:
-    a sync tool would carry the locks and the node id to the other machines (two nodes with one
-    id would both resume the same turn; a node id written inside the store makes the store's
-    own turns look foreign on the machine it came from)."""
-    real = os.path.realpath(root)
+def _outside(base: str, root: str, *, real: bool = False) -> str:
+    """``realpath(root)`` (``root`` itself if ``real``), once sure machine-local state under
+    ``base`` is not inside the store: a sync tool would carry the locks and the node id to the
+    other machines (two nodes with one id would both resume the same turn; a node id written
+    inside the store makes the store's own turns look foreign on the machine it came from)."""
+    real_root = root if real else os.path.realpath(root)
     real_base = os.path.realpath(base)
-    if real_base == real or real_base.startswith(real.rstrip(os.sep) + os.sep):
+    if real_base == real_root or real_base.startswith(real_root.rstrip(os.sep) + os.sep):
         from ._errors import InvalidState
 
         raise InvalidState(f"the machine-local state dir {base} is inside the store {root}: "
                            "set FSDURABLE_STATE_DIR to a directory outside it", path=base,
                            reason="state_dir_in_store")
-    return real
+    return real_root
 
 
 def _node_shaped(value: str) -> bool:

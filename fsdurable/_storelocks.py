@@ -25,7 +25,7 @@ def _lockdir(self: Store) -> Any:
     if self._locks is None:
         from ._locks import Locks
 
-        self._locks = Locks(os.path.join(state_dir(self.root), "locks"))
+        self._locks = Locks(os.path.join(state_dir(self.root, real=True), "locks"))
     return self._locks
 
 

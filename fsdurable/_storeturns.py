@@ -4,11 +4,12 @@
 (the marker removed after the session), ``cancel`` and ``abandon_turn`` (in-doubt calls to the
 review queue, never dropped). ``Store`` binds these functions as its methods: ``self`` is the
 store, and every change goes through its commit function (``Store.patch``/``commit``).
+The event log (``_events``) is imported by the functions that write an event, not here: a
+checkpoint writes none, and the first one of a process would pay for loading it.
 """
 
 from __future__ import annotations
 
-from . import _events as ev
 from ._commit import evolve
 from ._errors import TurnStateError
 from ._layout import new_id, validate_session_id
@@ -33,6 +34,7 @@ def begin_turn(self: Store, session_id: str, content: str | None = None, *, role
     ``change(session)``: applied to the new in-progress session in the same commit (the turn
     protocol records the driver and the run's identity there). ``detail``: added to the
     ``turn_started`` event."""
+    from . import _events as ev
     from ._model import Message, Turn, extended
 
     tid = turn_id or new_id()
@@ -68,6 +70,7 @@ def checkpoint(self: Store, session: Session, *, phase: str | None = None) -> Se
 
 def end_turn(self: Store, session: Session, reply: str | None = None) -> Session:
     """Finish the turn: commit not in progress (marker removed after the session)."""
+    from . import _events as ev
     from ._model import Message, extended
 
     turn = session.turn
@@ -86,6 +89,7 @@ def cancel(self: Store, session_id: str, *, turn_id: str | None = None) -> Sessi
     if none is in progress. An effectful call that may have run (its ledger entry still at
     ``intent``) stays on record and goes to the review queue (``fsdurable review``), never
     dropped silently."""
+    from . import _events as ev
     from ._model import closed_turn
 
     cancelled: list[str] = []
@@ -114,6 +118,7 @@ def abandon_turn(self: Store, session_id: str, turn_id: str, *, reason: str,
     a stale or exhausted turn's side effects are checked, never dropped with it.
     Returns None, touching nothing, if the session is gone, unreadable or no longer on that
     turn (a marker left then is the repair gate's: ``_repair.repair_marker``)."""
+    from . import _events as ev
     from ._model import closed_turn
 
     sid = validate_session_id(session_id)

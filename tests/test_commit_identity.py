@@ -107,3 +107,32 @@ def test_base_commit_id_overrides_the_sessions_own(tmp_path: Path) -> None:
     with pytest.raises(ConflictError):
         store.commit(other, 1)
     assert store.commit(other, 1, base_commit_id=s1.commit_id).metadata == {"k": 1}
+
+
+def test_the_prefix_recheck_knows_the_commit_it_saw_and_only_that(tmp_path: Path) -> None:
+    """Within the racy window the file's first bytes decide: the commit the cache saw is
+    recognised (no re-read), another commit id or version is not, and neither is a nested
+    ``version``/``commit_id`` pair that happens to carry the cached values."""
+    from fsdurable._filecache import _prefix_matches
+
+    st = fsdurable.Store(tmp_path / "s")
+    s = st.create("chat", metadata={"version": 1, "commit_id": "x"})
+    path = st.layout.session("chat")
+    seen = st._cache._seen["chat"]
+    seen.racy = True
+    assert st._cache.session_ident("chat", path, os.lstat(path)) == (s.version, s.commit_id)
+    assert _prefix_matches(path, seen)
+    seen.commit_id = s.commit_id[:-1] + ("0" if s.commit_id[-1] != "0" else "1")
+    assert not _prefix_matches(path, seen)
+    seen.commit_id, seen.version = s.commit_id, s.version + 1
+    assert not _prefix_matches(path, seen)
+    # the document's own "version" comes first: a metadata dict spelling the cached values
+    # later in the file never stands in for it
+    s2 = st.save(attrs.evolve(s, metadata={"version": 1, "commit_id": s.commit_id + "0",
+                                                "z": 0}))
+    seen = st._cache._seen["chat"]
+    seen.version, seen.commit_id = 1, s.commit_id + "0"
+    assert b'"version":1,"commit_id":"%s0",' % s.commit_id.encode() in Path(path).read_bytes()
+    assert not _prefix_matches(path, seen)
+    seen.version, seen.commit_id = s2.version, s2.commit_id
+    assert _prefix_matches(path, seen)

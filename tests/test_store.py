@@ -203,6 +203,18 @@ def test_lock_files_live_outside_the_store(store: Store) -> None:
         assert not any(f.endswith(".lock") for f in files), dirpath
 
 
+
+def test_a_store_opened_through_a_symlink_shares_one_lock_directory(tmp_path: Path) -> None:
+    """The lock directory is keyed by the store directory's identity: the store opened by its
+    real path, through a symlink, and ``state_dir`` of the link all name one directory."""
+    from fsdurable._layout import state_dir
+
+    direct = Store(tmp_path / "real")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    via = Store(tmp_path / "link")
+    locks = direct._lockdir().directory
+    assert via._lockdir().directory == locks
+    assert locks == os.path.join(state_dir(str(tmp_path / "link")), "locks")
 @pytest.mark.parametrize("bad", [
     "", "a/b", "a\\b", ".", "..", "a.b", "a\x00b", "x" * 129, "CON", "nul", "Com1", "LPT9",
     "../../etc/passwd", "é", "a b", 7,
