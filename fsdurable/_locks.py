@@ -143,6 +143,8 @@ def _release(f: _File, *, close: bool = False) -> None:
     drop: list[_File] = []
     with _MU:
         f.users -= 1
+        if not close and len(_FILES) <= KEEP:  # every commit: nothing to close
+            return
         if close and _FILES.get(f.path) is f:
             del _FILES[f.path]
         if close and f.users == 0:
@@ -219,21 +221,29 @@ class _Hold:
                            session_id=self.session_id, reason="timeout")
 
     def __enter__(self) -> None:
-        timeout = self.timeout
-        deadline = time.monotonic() + timeout
+        # the uncontended case (every commit of a single writer) tries each lock once, without
+        # reading the clock: the deadline starts when a try is refused
         f = Locks._file(self.path)
+        timeout = self.timeout
+        start = None
         try:
             # this process's threads first (they share the open file), then the other processes
-            if not f.mu.acquire(True, min(max(timeout, 0.0), threading.TIMEOUT_MAX)):
-                raise self._timeout(" (by this process)")
+            if not f.mu.acquire(False):
+                start = time.monotonic()
+                if not f.mu.acquire(True, min(max(timeout, 0.0), threading.TIMEOUT_MAX)):
+                    raise self._timeout(" (by this process)")
             try:
-                delay = self.poll
-                while (busy := _try_lock(f.fh)) is not None:
-                    now = time.monotonic()
-                    if now >= deadline:
-                        raise self._timeout() from busy
-                    time.sleep(min(delay, deadline - now))
-                    delay = min(delay * 2, 0.05)
+                busy = _try_lock(f.fh)
+                if busy is not None:
+                    deadline = (time.monotonic() if start is None else start) + timeout
+                    delay = self.poll
+                    while busy is not None:
+                        now = time.monotonic()
+                        if now >= deadline:
+                            raise self._timeout() from busy
+                        time.sleep(min(delay, deadline - now))
+                        delay = min(delay * 2, 0.05)
+                        busy = _try_lock(f.fh)
             except BaseException:
                 f.mu.release()
                 raise
