@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 # ``replace_atomic``/``move_atomic`` rename (``MoveFileEx`` with ``MOVEFILE_WRITE_THROUGH``: the
 # rename is on disk when it returns, where no directory can be fsynced). Tests force it here too.
 _ATOMICWRITES = os.name != "posix"
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
 
 
 class _Steps:
@@ -54,7 +55,8 @@ class _Steps:
         self._path = path
         self._overwrite = overwrite
         self._durable = durable
-        self.directory = os.path.dirname(path)
+        self.directory, name = os.path.split(path)
+        self._prefix = os.path.join(self.directory, temp_prefix(name))
         self._tmp = ""
         self._keep = -1  # the temp file's descriptor, open across the rename (closed by us)
         self.final: os.stat_result | None = None
@@ -67,13 +69,11 @@ class _Steps:
         # (closefd=False, unbuffered) for the stat after the rename. The random part is
         # os.urandom's, as secrets.token_hex's is (without importing secrets, which the first
         # commit of a process paid 0.5 ms for).
-        prefix = os.path.join(self.directory, temp_prefix(os.path.basename(self._path)))
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
         while True:
-            name = prefix + os.urandom(6).hex() + TEMP_SUFFIX
+            name = self._prefix + os.urandom(6).hex() + TEMP_SUFFIX
             _rec("create", name)
             try:
-                fd = os.open(name, flags, FILE_MODE)
+                fd = os.open(name, _TEMP_FLAGS, FILE_MODE)
                 break
             except FileExistsError:  # 48 random bits: practically never
                 continue
@@ -137,9 +137,11 @@ class _Steps:
 
 def _put(writer: _Steps, f: IO[bytes], data: bytes) -> None:
     _rec("write", writer._tmp, data)
-    view = memoryview(data)
-    while view:  # unbuffered: a short write (a signal, ENOSPC part-way) goes on
-        view = view[f.write(view):]
+    n = f.write(data)
+    if n < len(data):  # unbuffered: a short write (a signal, ENOSPC part-way) goes on
+        view = memoryview(data)[n:]
+        while view:
+            view = view[f.write(view):]
 
 
 def _drive(writer: _Steps, data: bytes) -> None:
