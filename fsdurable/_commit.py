@@ -138,13 +138,12 @@ def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
     if segment is not None:
         segments.insert(0, segment)
     data = encode_session(s, chain.ref if chain is not None else None,
-                          {k: c.ref for k, c in lanes.items()})
-    for size in (len(data), *(len(seg[1]) for seg in segments)):
-        if size > ctx.config.max_file_bytes:  # it could never be read back
-            raise InvalidState(
-                f"session {sid!r} would write a file of {size} bytes, over max_file_bytes "
-                f"({ctx.config.max_file_bytes}): compact it", session_id=sid,
-                reason="too_large")
+                          {k: c.ref for k, c in lanes.items()} if lanes else {})
+    size = max(len(data), *[len(seg[1]) for seg in segments]) if segments else len(data)
+    if size > ctx.config.max_file_bytes:  # it could never be read back
+        raise InvalidState(
+            f"session {sid!r} would write a file of {size} bytes, over max_file_bytes "
+            f"({ctx.config.max_file_bytes}): compact it", session_id=sid, reason="too_large")
     mdata = b""
     if m is not None:  # every marker a commit writes is one discovery reads: checked first
         mdata = encode_marker(m)

@@ -12,7 +12,6 @@ A file whose stat is unchanged is the file it saw — once that stat is old enou
 from __future__ import annotations
 
 import _thread
-import re
 import time
 
 from . import _fsio
@@ -35,9 +34,9 @@ StatKey = tuple[int, int, int, int, int]
 # "racily clean" rule).
 RACY_WINDOW = 2.0
 # the file's first bytes as encode_session writes them: "version":N,"commit_id":"...", ...
-# (compiled on first use: a store that only lists its markers never checks a session's prefix)
-_PREFIX = rb'"version":(\d+),"commit_id":"([0-9A-Za-z]*)",'
-_prefix_re: list[re.Pattern[bytes]] = []
+# (the format and the id before them: no value a user chose comes first)
+_VERSION = b'"version":'
+_IDENT = b'"version":%d,"commit_id":"%s",'
 
 
 def key(st: os.stat_result) -> StatKey:
@@ -73,17 +72,15 @@ class Seen:
 
 
 def _prefix_matches(path: str, seen: Seen) -> bool:
-    """Do the file's first bytes still carry the version and commit id we cached?"""
+    """Do the file's first bytes still carry the version and commit id we cached? Its first
+    ``"version":`` must be followed by exactly the bytes ``encode_session`` writes for them (a
+    byte comparison: anything else, even the same numbers written otherwise, is read again)."""
     try:
         head = _fsio.read_prefix(path, 1024)
     except (OSError, UnreadableState):
         return False
-    if not _prefix_re:
-        _prefix_re.append(re.compile(_PREFIX, re.S))
-    m = _prefix_re[0].search(head)
-    if m is None:
-        return False
-    return int(m.group(1)) == seen.version and m.group(2).decode() == seen.commit_id
+    at = head.find(_VERSION)
+    return at >= 0 and head.startswith(_IDENT % (seen.version, seen.commit_id.encode()), at)
 
 
 class FileCache:

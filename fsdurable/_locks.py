@@ -233,7 +233,14 @@ class _Hold:
                 if not f.mu.acquire(True, min(max(timeout, 0.0), threading.TIMEOUT_MAX)):
                     raise self._timeout(" (by this process)")
             try:
-                busy = _try_lock(f.fh)
+                busy: BaseException | None = None
+                if _FLOCK:  # _try_lock's flock, inline: every commit takes it
+                    try:
+                        fcntl.flock(f.fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except OSError as e:
+                        busy = e
+                else:
+                    busy = _try_lock(f.fh)
                 if busy is not None:
                     deadline = (time.monotonic() if start is None else start) + timeout
                     delay = self.poll
