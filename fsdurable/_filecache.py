@@ -72,13 +72,18 @@ class Seen:
 
 
 def _prefix_matches(path: str, seen: Seen) -> bool:
-    """Do the file's first bytes still carry the version and commit id we cached? Its first
-    ``"version":`` must be followed by exactly the bytes ``encode_session`` writes for them (a
-    byte comparison: anything else, even the same numbers written otherwise, is read again)."""
+    """Do the file's first bytes still carry the version and commit id we cached?"""
     try:
         head = _fsio.read_prefix(path, 1024)
     except (OSError, UnreadableState):
         return False
+    return _carries(head, seen)
+
+
+def _carries(head: bytes, seen: Seen) -> bool:
+    """Is ``head``'s first ``"version":`` followed by exactly the bytes ``encode_session``
+    writes for ``seen``'s version and commit id? (A byte comparison: anything else, even the
+    same numbers written otherwise, is read again.)"""
     at = head.find(_VERSION)
     return at >= 0 and head.startswith(_IDENT % (seen.version, seen.commit_id.encode()), at)
 
@@ -110,6 +115,23 @@ class FileCache:
         with self._mu:
             seen = self._seen.get(sid)
         if seen is None or seen.key != key(st) or (seen.racy and not _prefix_matches(path, seen)):
+            return None
+        seen.racy = racy(st)
+        return seen.version, seen.commit_id
+
+    def racy_ident(self, sid: str, path: str) -> tuple[int, str] | None:
+        """``session_ident`` of a file last seen with a racy stat, with one open and no
+        ``lstat``: the stat and the first bytes from the same descriptor (so of one inode).
+        None: not seen, not racy, or not that file (the caller judges it by ``lstat``)."""
+        with self._mu:
+            seen = self._seen.get(sid)
+        if seen is None or not seen.racy:
+            return None
+        try:
+            head, st = _fsio.read_span(path, 0, 1024)
+        except (OSError, UnreadableState):
+            return None
+        if seen.key != key(st) or not _carries(head, seen):
             return None
         seen.racy = racy(st)
         return seen.version, seen.commit_id

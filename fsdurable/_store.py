@@ -327,6 +327,9 @@ class Store:
         re-read only if its stat changed, or if the stat is too recent to prove anything (then
         only its first bytes are read: version and commit id come first)."""
         path = self.layout.session(sid)
+        known = self._cache.racy_ident(sid, path)  # the commit just before: one open, no lstat
+        if known is not None:
+            return known
         st = _fsio.lstat(path)
         if st is None:
             self._cache.forget(sid)
