@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
     from . import _commit, _storelocks, _storeturns
     from . import _events as ev
-    from ._model import Message, Session
+    from ._model import Message, Session, Turn
     from ._watch import Change, StopEvent
 
 # Opening a store and listing its markers imports only the standard library (DESIGN.md "Layers",
@@ -382,12 +382,13 @@ class Store:
     # ------------------------------------------------------------------ the commit function
 
     def _commit_locked(self, new: Session, base: int, *, at_least: int = 0,
-                       owner: str | None = None, base_commit_id: str | None = None) -> Session:
+                       owner: str | None = None, base_commit_id: str | None = None,
+                       turn: Turn | None = None) -> Session:
         """THE commit (``_commit.commit_locked``), under the session's commit lock."""
         from . import _commit
 
         return _commit.commit_locked(self._ctx, new, base, at_least=at_least, owner=owner,
-                                     base_commit_id=base_commit_id)
+                                     base_commit_id=base_commit_id, turn=turn)
 
     def commit(self, new: Session, base_version: int, *, at_least: int = 0,
                owner: str | None = None, base_commit_id: str | None = None) -> Session:

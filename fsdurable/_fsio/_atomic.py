@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 # rename is on disk when it returns, where no directory can be fsynced). Tests force it here too.
 _ATOMICWRITES = os.name != "posix"
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
+# path -> (its directory, the prefix of its temp files): a store writes the same few paths over
+# and over (a session's document every commit); cleared past _NAMES_MAX entries
+_NAMES: dict[str, tuple[str, str]] = {}
+_NAMES_MAX = 1024
 
 
 class _Steps:
@@ -55,8 +59,13 @@ class _Steps:
         self._path = path
         self._overwrite = overwrite
         self._durable = durable
-        self.directory, name = os.path.split(path)
-        self._prefix = os.path.join(self.directory, temp_prefix(name))
+        names = _NAMES.get(path)
+        if names is None:
+            directory, name = os.path.split(path)
+            if len(_NAMES) >= _NAMES_MAX:
+                _NAMES.clear()
+            names = _NAMES[path] = (directory, os.path.join(directory, temp_prefix(name)))
+        self.directory, self._prefix = names
         self._tmp = ""
         self._keep = -1  # the temp file's descriptor, open across the rename (closed by us)
         self.final: os.stat_result | None = None
