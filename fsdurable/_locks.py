@@ -267,7 +267,10 @@ class _Hold:
         try:
             if not f.fh.closed:  # closed: this is a forked child, which never held it
                 try:
-                    _unlock(f.fh)
+                    if _FLOCK:  # _unlock's flock, inline: every commit releases it
+                        fcntl.flock(f.fh.fileno(), fcntl.LOCK_UN)
+                    else:
+                        _unlock(f.fh)
                 except Exception:  # closing the file releases it for sure
                     close = True
         finally:
