@@ -31,7 +31,8 @@ StatKey = tuple[int, int, int, int, int]
 # than this: within one timestamp granule (1-2 s on coarse filesystems: ext4 with small inodes,
 # FAT, many network filesystems) a replace by another process can repeat size, mtime and even the
 # freed inode number. Until then the version is re-checked from the file's first bytes (git's
-# "racily clean" rule).
+# "racily clean" rule): one open, whose fstat and read are of one inode (``racy_ident``; no
+# lstat first), the bytes compared with those encode_session writes for version and commit id.
 RACY_WINDOW = 2.0
 # the file's first bytes as encode_session writes them: "version":N,"commit_id":"...", ...
 # (the format and the id before them: no value a user chose comes first)
