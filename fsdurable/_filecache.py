@@ -129,7 +129,7 @@ class FileCache:
         if seen is None or not seen.racy:
             return None
         try:
-            head, st = _fsio.read_span(path, 0, 1024)
+            head, st = _fsio.read_head(path, 1024)
         except (OSError, UnreadableState):
             return None
         if seen.key != key(st) or not _carries(head, seen):
