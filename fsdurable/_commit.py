@@ -168,9 +168,9 @@ def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
         if chain is not None and not (isinstance(msgs, History) and msgs.chain is chain
                                       and not msgs.tail):  # else it is that already
             stored["messages"] = History(chain)
-        if s.lanes.keys() != lanes.keys() or not all(
+        if s.lanes.keys() != lanes.keys() or (lanes and not all(
                 isinstance(v, History) and v.chain is lanes[k] and not v.tail
-                for k, v in s.lanes.items()):
+                for k, v in s.lanes.items())):
             stored["lanes"] = {k: History(c) for k, c in lanes.items()}
         if stored:
             s = evolve(s, **stored)
