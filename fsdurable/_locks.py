@@ -199,7 +199,8 @@ class Locks:
              session_id: str | None = None) -> _Hold:
         """Hold the exclusive ``kind`` lock for ``key`` (a context manager); LockTimeout after
         ``timeout`` seconds."""
-        return _Hold(self._path(kind, key), kind, key, timeout, poll, session_id)
+        path = self._paths.get((kind, key)) or self._path(kind, key)
+        return _Hold(path, kind, key, timeout, poll, session_id)
 
 
 class _Hold:
@@ -275,4 +276,11 @@ class _Hold:
                     close = True
         finally:
             f.mu.release()
-            _release(f, close=close)
+            done = False
+            if not close:  # _release's every-commit case, inline: nothing to close
+                with _MU:
+                    if len(_FILES) <= KEEP:
+                        f.users -= 1
+                        done = True
+            if not done:
+                _release(f, close=close)
