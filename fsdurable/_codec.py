@@ -187,6 +187,8 @@ def _check_finite(obj: Any, sid: str, where: str) -> bool:
     ``tuple``, ``str``, ``int``, ``float``, ``bool``, None, at most ``_PLAIN_DEPTH`` deep —
     which ``orjson`` writes exactly as it writes the converter's unstructured copy of it
     (``_document`` passes such a value as it is; anything else goes through the converter)."""
+    if not obj and type(obj) is dict:  # no metadata (most sessions): nothing to walk
+        return True
     plain = True
     stack = [(obj, 1)]
     while stack:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from ._filecache import FileCache
     from ._history import Chain, History
     from ._layout import Layout
-    from ._model import Session
+    from ._model import Session, Turn
 
     _T = TypeVar("_T")
 
@@ -86,7 +86,8 @@ def _lazy() -> tuple[Callable[..., bytes], type[History[Any]], type[Chain]]:
 
 
 def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
-                  owner: str | None = None, base_commit_id: str | None = None) -> Session:
+                  owner: str | None = None, base_commit_id: str | None = None,
+                  turn: Turn | None = None) -> Session:
     """THE commit: every change to a session file goes through here, under its commit lock.
 
     0. (after 1) the messages not stored yet, kept in the document's inline tail while it
@@ -109,6 +110,8 @@ def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
     The marker's node is ``owner`` if given (a claim, an adoption), else the node that owns
     the turn already, else (a new turn) this node: a commit never moves a turn silently.
     Raises InvalidState (nothing written) if the file would exceed ``max_file_bytes``.
+    ``turn``: the turn of ``new`` replaced by it (``checkpoint``: one copy of the session, made
+    with its new version, instead of two).
     """
     encode_session, History, _ = _lazy()
     sid = validate_session_id(new.id)
@@ -127,8 +130,12 @@ def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
             session_id=sid, path=ctx.layout.session(sid), reason="commit_mismatch",
             expected=base, actual=disk,
         )
-    s = evolve(new, version=max(base + 1, at_least), updated_at=ctx.clock(),
-                commit_id=os.urandom(8).hex())
+    if turn is None:
+        s = evolve(new, version=max(base + 1, at_least), updated_at=ctx.clock(),
+                   commit_id=os.urandom(8).hex())
+    else:
+        s = evolve(new, version=max(base + 1, at_least), updated_at=ctx.clock(),
+                   commit_id=os.urandom(8).hex(), turn=turn)
     m: Marker | None = None
     mpath = ctx.layout.marker(sid)
     if s.turn is not None:
@@ -138,13 +145,12 @@ def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
     if segment is not None:
         segments.insert(0, segment)
     data = encode_session(s, chain.ref if chain is not None else None,
-                          {k: c.ref for k, c in lanes.items()})
-    for size in (len(data), *(len(seg[1]) for seg in segments)):
-        if size > ctx.config.max_file_bytes:  # it could never be read back
-            raise InvalidState(
-                f"session {sid!r} would write a file of {size} bytes, over max_file_bytes "
-                f"({ctx.config.max_file_bytes}): compact it", session_id=sid,
-                reason="too_large")
+                          {k: c.ref for k, c in lanes.items()} if lanes else {})
+    size = max(len(data), *[len(seg[1]) for seg in segments]) if segments else len(data)
+    if size > ctx.config.max_file_bytes:  # it could never be read back
+        raise InvalidState(
+            f"session {sid!r} would write a file of {size} bytes, over max_file_bytes "
+            f"({ctx.config.max_file_bytes}): compact it", session_id=sid, reason="too_large")
     mdata = b""
     if m is not None:  # every marker a commit writes is one discovery reads: checked first
         mdata = encode_marker(m)
@@ -162,9 +168,9 @@ def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
         if chain is not None and not (isinstance(msgs, History) and msgs.chain is chain
                                       and not msgs.tail):  # else it is that already
             stored["messages"] = History(chain)
-        if s.lanes.keys() != lanes.keys() or not all(
+        if s.lanes.keys() != lanes.keys() or (lanes and not all(
                 isinstance(v, History) and v.chain is lanes[k] and not v.tail
-                for k, v in s.lanes.items()):
+                for k, v in s.lanes.items())):
             stored["lanes"] = {k: History(c) for k, c in lanes.items()}
         if stored:
             s = evolve(s, **stored)

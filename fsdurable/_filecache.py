@@ -31,10 +31,13 @@ StatKey = tuple[int, int, int, int, int]
 # than this: within one timestamp granule (1-2 s on coarse filesystems: ext4 with small inodes,
 # FAT, many network filesystems) a replace by another process can repeat size, mtime and even the
 # freed inode number. Until then the version is re-checked from the file's first bytes (git's
-# "racily clean" rule).
+# "racily clean" rule): one open, whose fstat and read are of one inode (``racy_ident``; no
+# lstat first), the bytes compared with those encode_session writes for version and commit id.
 RACY_WINDOW = 2.0
 # the file's first bytes as encode_session writes them: "version":N,"commit_id":"...", ...
-_VERSION_KEY = b'"version":'
+# (the format and the id before them: no value a user chose comes first)
+_VERSION = b'"version":'
+_IDENT = b'"version":%d,"commit_id":"%s",'
 
 
 def key(st: os.stat_result) -> StatKey:
@@ -53,10 +56,10 @@ class Seen:
     __slots__ = ("chain", "commit_id", "key", "racy", "ref", "version")
 
     def __init__(self, st: os.stat_result, s: Session) -> None:
-        self.key = key(st)
+        self.key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)  # key()
         self.version = s.version
         self.commit_id = s.commit_id
-        self.racy = racy(st)
+        self.racy = time.time() - st.st_mtime < RACY_WINDOW  # racy(st)
         # the history chain the document names (weakly: what was read of it stays in memory
         # only while a session of the caller holds it); None if it names none
         c = getattr(s.messages, "chain", None)
@@ -75,14 +78,15 @@ def _prefix_matches(path: str, seen: Seen) -> bool:
         head = _fsio.read_prefix(path, 1024)
     except (OSError, UnreadableState):
         return False
-    # the first "version" key is the document's (encode_session writes it first), followed by the
-    # commit id: compared as the bytes the cached commit encodes to, not parsed (no regex to
-    # compile: the first commit of a process in the racy window paid 0.1 ms for it). Anything
-    # else there (another spelling of the same values included) reads the file again.
-    at = head.find(_VERSION_KEY)
-    return at >= 0 and head.startswith(
-        b'%d,"commit_id":"%s",' % (seen.version, seen.commit_id.encode("utf-8", "replace")),
-        at + len(_VERSION_KEY))
+    return _carries(head, seen)
+
+
+def _carries(head: bytes, seen: Seen) -> bool:
+    """Is ``head``'s first ``"version":`` followed by exactly the bytes ``encode_session``
+    writes for ``seen``'s version and commit id? (A byte comparison: anything else, even the
+    same numbers written otherwise, is read again.)"""
+    at = head.find(_VERSION)
+    return at >= 0 and head.startswith(_IDENT % (seen.version, seen.commit_id.encode()), at)
 
 
 class FileCache:
@@ -121,6 +125,23 @@ class FileCache:
             if not _prefix_matches(path, seen):
                 return None
             seen.racy = racy(st)
+        return seen.version, seen.commit_id
+
+    def racy_ident(self, sid: str, path: str) -> tuple[int, str] | None:
+        """``session_ident`` of a file last seen with a racy stat, with one open and no
+        ``lstat``: the stat and the first bytes from the same descriptor (so of one inode).
+        None: not seen, not racy, or not that file (the caller judges it by ``lstat``)."""
+        with self._mu:
+            seen = self._seen.get(sid)
+        if seen is None or not seen.racy:
+            return None
+        try:
+            head, st = _fsio.read_head(path, 1024)
+        except (OSError, UnreadableState):
+            return None
+        if seen.key != key(st) or not _carries(head, seen):
+            return None
+        seen.racy = racy(st)
         return seen.version, seen.commit_id
 
     def chain(self, sid: str) -> tuple[HistoryRef | None, Chain | None]:

@@ -143,6 +143,8 @@ def _release(f: _File, *, close: bool = False) -> None:
     drop: list[_File] = []
     with _MU:
         f.users -= 1
+        if not close and len(_FILES) <= KEEP:  # every commit: nothing to close
+            return
         if close and _FILES.get(f.path) is f:
             del _FILES[f.path]
         if close and f.users == 0:
@@ -197,7 +199,8 @@ class Locks:
              session_id: str | None = None) -> _Hold:
         """Hold the exclusive ``kind`` lock for ``key`` (a context manager); LockTimeout after
         ``timeout`` seconds."""
-        return _Hold(self._path(kind, key), kind, key, timeout, poll, session_id)
+        path = self._paths.get((kind, key)) or self._path(kind, key)
+        return _Hold(path, kind, key, timeout, poll, session_id)
 
 
 class _Hold:
@@ -219,21 +222,36 @@ class _Hold:
                            session_id=self.session_id, reason="timeout")
 
     def __enter__(self) -> None:
-        timeout = self.timeout
-        deadline = time.monotonic() + timeout
+        # the uncontended case (every commit of a single writer) tries each lock once, without
+        # reading the clock: the deadline starts when a try is refused
         f = Locks._file(self.path)
+        timeout = self.timeout
+        start = None
         try:
             # this process's threads first (they share the open file), then the other processes
-            if not f.mu.acquire(True, min(max(timeout, 0.0), threading.TIMEOUT_MAX)):
-                raise self._timeout(" (by this process)")
+            if not f.mu.acquire(False):
+                start = time.monotonic()
+                if not f.mu.acquire(True, min(max(timeout, 0.0), threading.TIMEOUT_MAX)):
+                    raise self._timeout(" (by this process)")
             try:
-                delay = self.poll
-                while (busy := _try_lock(f.fh)) is not None:
-                    now = time.monotonic()
-                    if now >= deadline:
-                        raise self._timeout() from busy
-                    time.sleep(min(delay, deadline - now))
-                    delay = min(delay * 2, 0.05)
+                busy: BaseException | None = None
+                if _FLOCK:  # _try_lock's flock, inline: every commit takes it
+                    try:
+                        fcntl.flock(f.fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except OSError as e:
+                        busy = e
+                else:
+                    busy = _try_lock(f.fh)
+                if busy is not None:
+                    deadline = (time.monotonic() if start is None else start) + timeout
+                    delay = self.poll
+                    while busy is not None:
+                        now = time.monotonic()
+                        if now >= deadline:
+                            raise self._timeout() from busy
+                        time.sleep(min(delay, deadline - now))
+                        delay = min(delay * 2, 0.05)
+                        busy = _try_lock(f.fh)
             except BaseException:
                 f.mu.release()
                 raise
@@ -250,9 +268,19 @@ class _Hold:
         try:
             if not f.fh.closed:  # closed: this is a forked child, which never held it
                 try:
-                    _unlock(f.fh)
+                    if _FLOCK:  # _unlock's flock, inline: every commit releases it
+                        fcntl.flock(f.fh.fileno(), fcntl.LOCK_UN)
+                    else:
+                        _unlock(f.fh)
                 except Exception:  # closing the file releases it for sure
                     close = True
         finally:
             f.mu.release()
-            _release(f, close=close)
+            done = False
+            if not close:  # _release's every-commit case, inline: nothing to close
+                with _MU:
+                    if len(_FILES) <= KEEP:
+                        f.users -= 1
+                        done = True
+            if not done:
+                _release(f, close=close)

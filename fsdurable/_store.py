@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
     from . import _commit, _storelocks, _storeturns
     from . import _events as ev
-    from ._model import Message, Session
+    from ._model import Message, Session, Turn
     from ._watch import Change, StopEvent
 
 # Opening a store and listing its markers imports only the standard library (DESIGN.md "Layers",
@@ -329,6 +329,9 @@ class Store:
         re-read only if its stat changed, or if the stat is too recent to prove anything (then
         only its first bytes are read: version and commit id come first)."""
         path = self.layout.session(sid)
+        known = self._cache.racy_ident(sid, path)  # the commit just before: one open, no lstat
+        if known is not None:
+            return known
         st = _fsio.lstat(path)
         if st is None:
             self._cache.forget(sid)
@@ -381,12 +384,13 @@ class Store:
     # ------------------------------------------------------------------ the commit function
 
     def _commit_locked(self, new: Session, base: int, *, at_least: int = 0,
-                       owner: str | None = None, base_commit_id: str | None = None) -> Session:
+                       owner: str | None = None, base_commit_id: str | None = None,
+                       turn: Turn | None = None) -> Session:
         """THE commit (``_commit.commit_locked``), under the session's commit lock."""
         from . import _commit
 
         return _commit.commit_locked(self._ctx, new, base, at_least=at_least, owner=owner,
-                                     base_commit_id=base_commit_id)
+                                     base_commit_id=base_commit_id, turn=turn)
 
     def commit(self, new: Session, base_version: int, *, at_least: int = 0,
                owner: str | None = None, base_commit_id: str | None = None) -> Session:

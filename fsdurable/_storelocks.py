@@ -43,26 +43,45 @@ def commit_lock(self: Store, session_id: str, *, timeout: float | None = None
     return self._commit_lock(validate_session_id(session_id), timeout)
 
 
-@contextmanager
-def _commit_lock(self: Store, sid: str, timeout: float | None = None) -> Iterator[None]:
-    # keyed by the lower-cased id: where the filesystem ignores case, "Bob" and "bob" are one
-    # file, so they must be one lock (elsewhere sharing it costs nothing)
-    key = sid.lower()
-    mine = self._held.__dict__
-    held: set[str] | None = mine.get("ids")
-    if held is None or mine["pid"] != os.getpid():  # a forked child inherits the record, not
-        held = mine["ids"] = set()                   # the lock (``_locks`` closes its files)
-        mine["pid"] = os.getpid()
-    if key in held:  # re-entered by a patch that migrates or quarantines
-        yield
-        return
-    t = self.config.commit_lock_timeout if timeout is None else timeout
-    with self._lockdir().hold("commit", key, timeout=t, session_id=sid):
+def _commit_lock(self: Store, sid: str, timeout: float | None = None) -> _CommitHold:
+    return _CommitHold(self, sid, timeout)
+
+
+class _CommitHold:
+    """One hold of a session's commit lock (``_commit_lock``), re-entrant within a thread (a
+    patch that migrates or quarantines takes it again): a class, not a generator — every commit
+    takes one (bench/commit.py, ``part_commit_lock``)."""
+
+    __slots__ = ("held", "hold", "key", "sid", "store", "timeout")
+
+    def __init__(self, store: Store, sid: str, timeout: float | None) -> None:
+        self.store, self.sid, self.timeout = store, sid, timeout
+        self.hold: Any = None
+
+    def __enter__(self) -> None:
+        # keyed by the lower-cased id: where the filesystem ignores case, "Bob" and "bob" are one
+        # file, so they must be one lock (elsewhere sharing it costs nothing)
+        store, key = self.store, self.sid.lower()
+        mine = store._held.__dict__
+        held: set[str] | None = mine.get("ids")
+        pid = os.getpid()
+        if held is None or mine["pid"] != pid:  # a forked child inherits the record, not
+            held = mine["ids"] = set()          # the lock (``_locks`` closes its files)
+            mine["pid"] = pid
+        if key in held:  # re-entered by a patch that migrates or quarantines
+            return
+        t = store.config.commit_lock_timeout if self.timeout is None else self.timeout
+        hold = (store._locks or store._lockdir()).hold("commit", key, timeout=t,
+                                                       session_id=self.sid)
+        hold.__enter__()
         held.add(key)
-        try:
-            yield
-        finally:
-            held.discard(key)
+        self.hold, self.held, self.key = hold, held, key
+
+    def __exit__(self, *exc: object) -> None:
+        hold, self.hold = self.hold, None
+        if hold is not None:
+            self.held.discard(self.key)
+            hold.__exit__(*exc)
 
 
 __all__ = ["commit_lock", "lock"]

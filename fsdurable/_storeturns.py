@@ -66,7 +66,10 @@ def checkpoint(self: Store, session: Session, *, phase: str | None = None) -> Se
         raise TurnStateError(f"session {session.id!r} has no turn in progress",
                              session_id=session.id, reason="not_in_progress")
     t = evolve(turn, checkpoint_at=self.clock(), phase=phase or turn.phase)
-    return self.commit(evolve(session, turn=t), session.version)
+    # ``commit`` of the session with its new turn, the turn put in by the commit function's own
+    # copy (one copy of the session per checkpoint, not two)
+    with self._commit_lock(validate_session_id(session.id)):
+        return self._commit_locked(session, session.version, turn=t)
 
 def end_turn(self: Store, session: Session, reply: str | None = None) -> Session:
     """Finish the turn: commit not in progress (marker removed after the session)."""

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -136,3 +137,38 @@ def test_the_prefix_recheck_knows_the_commit_it_saw_and_only_that(tmp_path: Path
     assert not _prefix_matches(path, seen)
     seen.version, seen.commit_id = s2.version, s2.commit_id
     assert _prefix_matches(path, seen)
+
+
+def test_a_racy_file_of_our_own_commit_is_recognised_from_its_first_bytes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Within the racy window the compare-and-swap confirms the commit from the file's first
+    bytes (the exact bytes encode_session writes for version and commit id), never by parsing
+    the file again; a file whose bytes differ is parsed (and then judged)."""
+    store = fsdurable.Store(tmp_path / "s")
+    s = store.create("chat")
+    seen = store._cache._seen["chat"]
+    assert seen.racy  # just written
+    parsed: list[str] = []
+    real = store._read
+
+    def counting(sid: str) -> Any:
+        parsed.append(sid)
+        return real(sid)
+
+    monkeypatch.setattr(store, "_read", counting)
+    s = store.save(attrs.evolve(s, metadata={"n": 1}))
+    s = store.save(attrs.evolve(s, metadata={"n": 2}))
+    assert parsed == []
+    path = tmp_path / "s" / "sessions" / "chat.json"
+    data = path.read_bytes()
+    # the same version and commit id written otherwise (a space): not the bytes we wrote, so
+    # the file is parsed — and, being the same commit, written over
+    spaced = data.replace(b'"version":%d,' % s.version, b'"version": %d,' % s.version, 1)
+    assert spaced != data
+    with open(path, "r+b") as f:
+        f.write(spaced)
+    seen = store._cache._seen["chat"]
+    seen.key = _key(os.lstat(path))  # as if the stat had not changed (a coarse clock)
+    seen.racy = True
+    s = store.save(attrs.evolve(s, metadata={"n": 3}))
+    assert parsed == ["chat"] and s.version == 4

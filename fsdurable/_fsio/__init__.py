@@ -36,6 +36,7 @@ from ._read import (
     list_names,
     lstat,
     read_bounded,
+    read_head,
     read_prefix,
     read_span,
 )
@@ -87,5 +88,6 @@ def __getattr__(name: str) -> Any:
 
 __all__ = ["DIR_MODE", "FILE_MODE", "append_at", "append_line", "chmod", "fsync_dir",
            "fsync_file", "holds_modes", "is_dir", "iter_lines", "link", "list_names", "lstat",
-           "makedirs", "open_lock", "read_bounded", "read_prefix", "read_span", "rename", "rmdir",
-           "set_recorder", "storage_errors", "unlink", "write_atomic", "write_new"]
+           "makedirs", "open_lock", "read_bounded", "read_head", "read_prefix", "read_span",
+           "rename", "rmdir", "set_recorder", "storage_errors", "unlink", "write_atomic",
+           "write_new"]

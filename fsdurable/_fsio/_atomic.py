@@ -37,6 +37,11 @@ if TYPE_CHECKING:
 # ``replace_atomic``/``move_atomic`` rename (``MoveFileEx`` with ``MOVEFILE_WRITE_THROUGH``: the
 # rename is on disk when it returns, where no directory can be fsynced). Tests force it here too.
 _ATOMICWRITES = os.name != "posix"
+_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
+# path -> (its directory, the prefix of its temp files): a store writes the same few paths over
+# and over (a session's document every commit); cleared past _NAMES_MAX entries
+_NAMES: dict[str, tuple[str, str]] = {}
+_NAMES_MAX = 1024
 
 
 class _Steps:
@@ -54,7 +59,13 @@ class _Steps:
         self._path = path
         self._overwrite = overwrite
         self._durable = durable
-        self.directory = os.path.dirname(path)
+        names = _NAMES.get(path)
+        if names is None:
+            directory, name = os.path.split(path)
+            if len(_NAMES) >= _NAMES_MAX:
+                _NAMES.clear()
+            names = _NAMES[path] = (directory, os.path.join(directory, temp_prefix(name)))
+        self.directory, self._prefix = names
         self._tmp = ""
         self._keep = -1  # the temp file's descriptor, open across the rename (closed by us)
         self.final: os.stat_result | None = None
@@ -67,13 +78,11 @@ class _Steps:
         # (closefd=False, unbuffered) for the stat after the rename. The random part is
         # os.urandom's, as secrets.token_hex's is (without importing secrets, which the first
         # commit of a process paid 0.5 ms for).
-        prefix = os.path.join(self.directory, temp_prefix(os.path.basename(self._path)))
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC | _O_BINARY
         while True:
-            name = prefix + os.urandom(6).hex() + TEMP_SUFFIX
+            name = self._prefix + os.urandom(6).hex() + TEMP_SUFFIX
             _rec("create", name)
             try:
-                fd = os.open(name, flags, FILE_MODE)
+                fd = os.open(name, _TEMP_FLAGS, FILE_MODE)
                 break
             except FileExistsError:  # 48 random bits: practically never
                 continue
@@ -90,7 +99,10 @@ class _Steps:
     def commit(self, f: IO[bytes]) -> None:
         if self._overwrite:
             _rec("rename", self._tmp, self._path)
-            _w._retry_sharing(self._replace, self._tmp, self._path)
+            if _w._SHARING_RETRY:
+                _w._retry_sharing(self._replace, self._tmp, self._path)
+            else:
+                self._replace(self._tmp, self._path)
         else:
             try:
                 _rec("link", self._tmp, self._path)
@@ -137,9 +149,11 @@ class _Steps:
 
 def _put(writer: _Steps, f: IO[bytes], data: bytes) -> None:
     _rec("write", writer._tmp, data)
-    view = memoryview(data)
-    while view:  # unbuffered: a short write (a signal, ENOSPC part-way) goes on
-        view = view[f.write(view):]
+    n = f.write(data)
+    if n < len(data):  # unbuffered: a short write (a signal, ENOSPC part-way) goes on
+        view = memoryview(data)[n:]
+        while view:
+            view = view[f.write(view):]
 
 
 def _drive(writer: _Steps, data: bytes) -> None:

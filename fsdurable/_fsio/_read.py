@@ -108,6 +108,16 @@ def read_bounded(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
         os.close(fd)
 
 
+def read_head(path: str, size: int) -> tuple[bytes, os.stat_result]:
+    """``read_prefix`` and the file's stat, both through one descriptor (of one inode)."""
+    fd = os.open(path, _READ)
+    try:
+        st = _regular(fd, path)
+        return os.read(fd, size), st
+    finally:
+        os.close(fd)
+
+
 def read_prefix(path: str, size: int) -> bytes:
     """The first ``size`` bytes of a regular file (never through a link, never blocking)."""
     fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK | _O_BINARY)

@@ -202,7 +202,10 @@ def _commit_in_order(order: tuple[str, ...], *, by_number_only: bool = False) ->
     steps = {"marker": _write_marker, "session": _write_session, "unmark": _unmark}
 
     def commit(store: Store, new: Session, base: int, *, at_least: int = 0,
-               owner: str | None = None, base_commit_id: str | None = None) -> Session:
+               owner: str | None = None, base_commit_id: str | None = None,
+               turn: Any = None) -> Session:
+        if turn is not None:  # a checkpoint's new turn (the commit function puts it in)
+            new = attrs.evolve(new, turn=turn)
         disk, disk_commit = store._disk_ident(new.id)
         want = new.commit_id if base_commit_id is None else base_commit_id
         if disk != base or (disk and disk_commit != want and not by_number_only):
