@@ -192,30 +192,33 @@ class FileSession:
         with self.store._commit_lock(sid):
             doc, self._doc = self._doc, None  # set again only once this mutation succeeded
             s = self._current(sid, doc, confirm=False)
-            if s is not None and s is doc:  # held, its stat unchanged: a recent stat is not
-                cur = items(s)              # re-read here, the compare-and-swap confirms it
-                new, out = fn(cur)
-                try:
-                    if new is not cur:
-                        self._doc = self.store._commit_locked(with_items(s, new), s.version)
-                        return out
-                    got = self._current(sid, s)  # nothing to write: confirmed here instead
-                    if got is s:
-                        self._doc = s
-                        return out
-                    s = got
-                except ConflictError:  # replaced by a file of the same stat: read it
-                    s = self._current(sid, None)
-            cur = items(s)
-            new, out = fn(cur)
-            if new is cur:
-                self._doc = s
-                return out
-            if s is None:
-                self._doc = self.store.create(sid, source=SOURCE, lanes={KEY: new})
-            else:
+            return self._apply(sid, s, fn, held=s is not None and s is doc)
+
+    def _apply(self, sid: str, s: Session | None,
+               fn: Callable[[Sequence[Item]], tuple[Sequence[Item], Any]], *, held: bool) -> Any:
+        """``fn`` applied to ``s``'s items and committed. ``held``: ``s`` is the document held
+        from the last mutation, its stat unchanged but a recent stat not confirmed from the
+        file: a mutation that writes leaves that to the commit's compare-and-swap (a file of
+        the same stat that is another commit: ConflictError, then read again), one that
+        writes nothing confirms it here."""
+        cur = items(s)
+        new, out = fn(cur)
+        if new is cur:
+            if held:
+                got = self._current(sid, s)
+                if got is not s:
+                    return self._apply(sid, got, fn, held=False)
+            self._doc = s
+        elif s is None:
+            self._doc = self.store.create(sid, source=SOURCE, lanes={KEY: new})
+        else:
+            try:
                 self._doc = self.store._commit_locked(with_items(s, new), s.version)
-            return out
+            except ConflictError:
+                if not held:
+                    raise
+                return self._apply(sid, self._current(sid, None), fn, held=False)
+        return out
 
     def _current(self, sid: str, known: Session | None, *, confirm: bool = True
                  ) -> Session | None:
