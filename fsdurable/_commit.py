@@ -130,12 +130,8 @@ def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
             session_id=sid, path=ctx.layout.session(sid), reason="commit_mismatch",
             expected=base, actual=disk,
         )
-    if turn is None:
-        s = evolve(new, version=max(base + 1, at_least), updated_at=ctx.clock(),
-                   commit_id=os.urandom(8).hex())
-    else:
-        s = evolve(new, version=max(base + 1, at_least), updated_at=ctx.clock(),
-                   commit_id=os.urandom(8).hex(), turn=turn)
+    s = evolve(new, version=max(base + 1, at_least), updated_at=ctx.clock(),
+               commit_id=os.urandom(8).hex(), **({} if turn is None else {"turn": turn}))
     m: Marker | None = None
     mpath = ctx.layout.marker(sid)
     if s.turn is not None:

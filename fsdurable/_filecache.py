@@ -56,10 +56,10 @@ class Seen:
     __slots__ = ("chain", "commit_id", "key", "racy", "ref", "version")
 
     def __init__(self, st: os.stat_result, s: Session) -> None:
-        self.key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)  # key()
+        self.key = key(st)
         self.version = s.version
         self.commit_id = s.commit_id
-        self.racy = time.time() - st.st_mtime < RACY_WINDOW  # racy(st)
+        self.racy = racy(st)
         # the history chain the document names (weakly: what was read of it stays in memory
         # only while a session of the caller holds it); None if it names none
         c = getattr(s.messages, "chain", None)

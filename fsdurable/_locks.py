@@ -199,8 +199,7 @@ class Locks:
              session_id: str | None = None) -> _Hold:
         """Hold the exclusive ``kind`` lock for ``key`` (a context manager); LockTimeout after
         ``timeout`` seconds."""
-        path = self._paths.get((kind, key)) or self._path(kind, key)
-        return _Hold(path, kind, key, timeout, poll, session_id)
+        return _Hold(self._path(kind, key), kind, key, timeout, poll, session_id)
 
 
 class _Hold:
@@ -234,14 +233,7 @@ class _Hold:
                 if not f.mu.acquire(True, min(max(timeout, 0.0), threading.TIMEOUT_MAX)):
                     raise self._timeout(" (by this process)")
             try:
-                busy: BaseException | None = None
-                if _FLOCK:  # _try_lock's flock, inline: every commit takes it
-                    try:
-                        fcntl.flock(f.fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    except OSError as e:
-                        busy = e
-                else:
-                    busy = _try_lock(f.fh)
+                busy = _try_lock(f.fh)
                 if busy is not None:
                     deadline = (time.monotonic() if start is None else start) + timeout
                     delay = self.poll
@@ -268,19 +260,9 @@ class _Hold:
         try:
             if not f.fh.closed:  # closed: this is a forked child, which never held it
                 try:
-                    if _FLOCK:  # _unlock's flock, inline: every commit releases it
-                        fcntl.flock(f.fh.fileno(), fcntl.LOCK_UN)
-                    else:
-                        _unlock(f.fh)
+                    _unlock(f.fh)
                 except Exception:  # closing the file releases it for sure
                     close = True
         finally:
             f.mu.release()
-            done = False
-            if not close:  # _release's every-commit case, inline: nothing to close
-                with _MU:
-                    if len(_FILES) <= KEEP:
-                        f.users -= 1
-                        done = True
-            if not done:
-                _release(f, close=close)
+            _release(f, close=close)

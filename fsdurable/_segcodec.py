@@ -130,25 +130,22 @@ def encode_values(sid: str, first: int, values: Sequence[Any], lane: str | None 
             if m.tool_calls:
                 check([c.arguments for c in m.tool_calls], sid,
                       f"message {first + i}'s tool call arguments")
-        raw: list[Any] = [unstructure(m) for m in values]
+        raw: Sequence[Any] = [unstructure(m) for m in values]
     else:
-        # a lane's values are encoded first: orjson writes a NaN or an infinity as null, so
-        # bytes without "null" hold none and the walk is needed only for those with one (or
-        # when orjson refuses a value: the walk's finding comes first, as it did before)
-        try:
-            out = tuple(map(orjson.dumps, values))
-        except TypeError as e:
-            check(list(values), sid, f"lane {lane}'s items")
-            raise InvalidState(f"session {sid}'s messages are not JSON-serialisable: {e}",
-                               session_id=sid, reason="not_json") from e
-        if any(b"null" in b for b in out):
-            check(list(values), sid, f"lane {lane}'s items")
-        return out
+        raw = values
+    # a lane's values are encoded before they are walked: orjson writes a NaN or an infinity
+    # as null, so bytes without "null" hold none and the walk is needed only for those with
+    # one (or when orjson refuses a value: the walk's finding comes first, as it did before)
     try:
-        return tuple(orjson.dumps(v) for v in raw)
+        out = tuple(map(orjson.dumps, raw))
     except TypeError as e:
+        if lane is not None:
+            check(list(values), sid, f"lane {lane}'s items")
         raise InvalidState(f"session {sid}'s messages are not JSON-serialisable: {e}",
                            session_id=sid, reason="not_json") from e
+    if lane is not None and any(b"null" in b for b in out):
+        check(list(values), sid, f"lane {lane}'s items")
+    return out
 
 
 _CHECK: list[Callable[[Any, str, str], bool]] = []

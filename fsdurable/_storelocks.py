@@ -71,8 +71,7 @@ class _CommitHold:
         if key in held:  # re-entered by a patch that migrates or quarantines
             return
         t = store.config.commit_lock_timeout if self.timeout is None else self.timeout
-        hold = (store._locks or store._lockdir()).hold("commit", key, timeout=t,
-                                                       session_id=self.sid)
+        hold = store._lockdir().hold("commit", key, timeout=t, session_id=self.sid)
         hold.__enter__()
         held.add(key)
         self.hold, self.held, self.key = hold, held, key

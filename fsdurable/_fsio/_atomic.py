@@ -99,10 +99,7 @@ class _Steps:
     def commit(self, f: IO[bytes]) -> None:
         if self._overwrite:
             _rec("rename", self._tmp, self._path)
-            if _w._SHARING_RETRY:
-                _w._retry_sharing(self._replace, self._tmp, self._path)
-            else:
-                self._replace(self._tmp, self._path)
+            _w._retry_sharing(self._replace, self._tmp, self._path)
         else:
             try:
                 _rec("link", self._tmp, self._path)

@@ -109,7 +109,8 @@ def read_bounded(path: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
 
 
 def read_head(path: str, size: int) -> tuple[bytes, os.stat_result]:
-    """``read_prefix`` and the file's stat, both through one descriptor (of one inode)."""
+    """The first ``size`` bytes of a regular file and its stat, both through one descriptor (of
+    one inode; never through a link, never blocking)."""
     fd = os.open(path, _READ)
     try:
         st = _regular(fd, path)
@@ -120,12 +121,7 @@ def read_head(path: str, size: int) -> tuple[bytes, os.stat_result]:
 
 def read_prefix(path: str, size: int) -> bytes:
     """The first ``size`` bytes of a regular file (never through a link, never blocking)."""
-    fd = os.open(path, os.O_RDONLY | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK | _O_BINARY)
-    try:
-        _regular(fd, path)
-        return os.read(fd, size)
-    finally:
-        os.close(fd)
+    return read_head(path, size)[0]
 
 
 def lstat(path: str) -> os.stat_result | None:
