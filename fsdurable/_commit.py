@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from ._config import Config
     from ._filecache import FileCache
-    from ._history import Chain, History
+    from ._history import Chain
     from ._layout import Layout
     from ._model import Session, Turn
 
@@ -54,35 +54,54 @@ class Context:
 
 def evolve(inst: _T, **changes: Any) -> _T:
     """``attrs.evolve``: a new instance of ``inst``'s class with ``changes`` (validators run),
-    the class's init fields looked up once (``_INIT``) instead of on every call — a checkpoint
-    evolves three times — and attrs imported on first use (off the startup path: the store's
-    sessions and turns are attrs classes, its startup path does not import attrs)."""
+    built from the class's init fields read in one ``attrgetter`` call and passed by position
+    (``_INIT``: looked up once per class, not on every call — a checkpoint evolves twice), and
+    attrs imported on first use (off the startup path: the store's sessions and turns are attrs
+    classes, its startup path does not import attrs). A name that is no init field: TypeError,
+    as ``attrs.evolve``'s."""
     cls: Any = inst.__class__
-    names = _INIT.get(cls)
-    if names is None:
-        import attrs
-
-        names = _INIT[cls] = tuple((a.name, a.alias) for a in attrs.fields(cls) if a.init)
-    for name, alias in names:
-        if alias not in changes:
-            changes[alias] = getattr(inst, name)
-    new: _T = cls(**changes)
+    spec = _INIT.get(cls)
+    if spec is None:
+        spec = _INIT[cls] = _init_spec(cls)
+    get, pos = spec
+    values = list(get(inst))
+    for alias, value in changes.items():
+        i = pos.get(alias)
+        if i is None:
+            raise TypeError(f"{cls.__name__}.__init__() got an unexpected keyword argument "
+                            f"{alias!r}")
+        values[i] = value
+    new: _T = cls(*values)
     return new
 
 
-_INIT: dict[type, tuple[tuple[str, str], ...]] = {}  # (name, init alias) of each init field
+def _init_spec(cls: Any) -> tuple[Callable[[Any], tuple[Any, ...]], dict[str, int]]:
+    """(a getter of ``cls``'s init fields' values in order, each init alias's position).
+    TypeError for a class with keyword-only fields (none of the store's: they are positional)."""
+    import attrs
+
+    fields = [a for a in attrs.fields(cls) if a.init]
+    if any(a.kw_only for a in fields):
+        raise TypeError(f"evolve: {cls.__name__} has keyword-only fields")
+    one = operator.attrgetter(*[a.name for a in fields])
+    get = one if len(fields) > 1 else (lambda inst: (one(inst),))  # one name: not a tuple
+    return get, {a.alias: i for i, a in enumerate(fields)}
+
+
+_INIT: dict[type, tuple[Callable[[Any], tuple[Any, ...]], dict[str, int]]] = {}
 _LAZY: list[Any] = []
 
 
-def _lazy() -> tuple[Callable[..., bytes], type[History[Any]], type[Chain]]:
-    """``encode_session``, ``History`` and ``Chain``: imported by the first commit (with attrs
-    and cattrs: off the startup path), then kept — not imported again by every commit."""
+def _lazy() -> tuple[Callable[..., bytes], Any]:
+    """``encode_session`` and the ``_history`` module: imported by the first commit (with attrs
+    and cattrs: off the startup path), then kept — not imported again by every commit (a
+    ``from . import`` in a function costs every call about half a microsecond)."""
     if not _LAZY:
+        from . import _history
         from ._codec import encode_session
-        from ._history import Chain, History
 
-        _LAZY[:] = [encode_session, History, Chain]
-    return _LAZY[0], _LAZY[1], _LAZY[2]
+        _LAZY[:] = [encode_session, _history]
+    return _LAZY[0], _LAZY[1]
 
 
 def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
@@ -113,7 +132,8 @@ def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
     ``turn``: the turn of ``new`` replaced by it (``checkpoint``: one copy of the session, made
     with its new version, instead of two).
     """
-    encode_session, History, _ = _lazy()
+    encode_session, h = _lazy()
+    History = h.History
     sid = validate_session_id(new.id)
     disk, disk_commit = ctx.ident(sid)
     want = new.commit_id if base_commit_id is None else base_commit_id
@@ -210,7 +230,8 @@ def plan_history(ctx: Context, sid: str, s: Session
     messages), ``start`` moves forward and nothing is written; anything else is appended whole
     and ``start`` moves past what it replaced (the old messages stay in the chain as archive:
     never lost silently)."""
-    _, History, Chain = _lazy()
+    h = _lazy()[1]
+    History, Chain = h.History, h.Chain
     msgs = s.messages
     if isinstance(msgs, History) and (msgs.chain is None or msgs.chain.sid == sid):
         base, tail = msgs.chain, msgs.tail
@@ -244,11 +265,11 @@ def plan_lanes(ctx: Context, sid: str, s: Session
     segments: list[tuple[str, bytes]] = []
     if not s.lanes:
         return chains, segments
-    from ._history import LANE_RE, History
-
+    h = _lazy()[1]
+    History = h.History
     for lane in sorted(s.lanes):
         values = s.lanes[lane]
-        if LANE_RE.fullmatch(lane) is None:
+        if h.LANE_RE.fullmatch(lane) is None:
             raise InvalidState(f"session {sid}: lane name {lane!r} is not "
                                "[a-z][a-z0-9_]{0,31}", session_id=sid, reason="bad_lane")
         base: Chain | None = None
@@ -274,20 +295,20 @@ def appended(ctx: Context, sid: str, s: Session, base: Chain | None, tail: tuple
     ``Config.inline_tail_bytes`` and ``inline_tail_values``; past the bound, the inline tail and
     ``tail`` are written as one segment after the chain's head and the document names it with
     no inline tail (storage.md, "The inline tail")."""
-    from ._history import Chain, HistoryRef, encode_segment, encode_values, inline_size
-
+    h = _lazy()[1]
+    Chain, HistoryRef = h.Chain, h.HistoryRef
     count = base.ref.count if base is not None else 0
     old = base.ref.inline if base is not None else ()
-    inline = old + encode_values(sid, count, tail, lane)
+    inline = old + h.encode_values(sid, count, tail, lane)
     start = base.ref.start if base is not None else 0
     cfg = ctx.config
     seg: tuple[str, bytes] | None = None
-    if len(inline) <= cfg.inline_tail_values and inline_size(inline) <= cfg.inline_tail_bytes:
+    if len(inline) <= cfg.inline_tail_values and h.inline_size(inline) <= cfg.inline_tail_bytes:
         ref = HistoryRef(count=count + len(tail), start=start, inline=inline,
                          head=base.ref.head if base is not None else None,
                          sha256=base.ref.sha256 if base is not None else None)
     else:
-        name, sha, data = encode_segment(sid, count - len(old),
+        name, sha, data = h.encode_segment(sid, count - len(old),
                                          base.ref if base is not None else None,
                                          (s.turn.node_id if s.turn is not None else None)
                                          or ctx.node(), (), lane, encoded=inline)

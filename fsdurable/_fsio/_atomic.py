@@ -70,14 +70,13 @@ class _Steps:
         self._keep = -1  # the temp file's descriptor, open across the rename (closed by us)
         self.final: os.stat_result | None = None
 
-    def get_fileobject(self, **kwargs: Any) -> IO[bytes]:
-        # as mkstemp does: O_CREAT|O_EXCL, mode 0600, never through a link; but the name is
-        # chosen first so the recorder sees the create BEFORE it happens (an injected fault then
-        # leaves nothing behind, like a real ENOSPC); keep the descriptor instead of reopening
-        # by name as atomicwrites does: the file object atomicwrites closes leaves it open
-        # (closefd=False, unbuffered) for the stat after the rename. The random part is
-        # os.urandom's, as secrets.token_hex's is (without importing secrets, which the first
-        # commit of a process paid 0.5 ms for).
+    def create_temp(self) -> int:
+        """The temp file, created as mkstemp does: O_CREAT|O_EXCL, mode 0600, never through a
+        link; but the name is chosen first so the recorder sees the create BEFORE it happens (an
+        injected fault then leaves nothing behind, like a real ENOSPC). Its descriptor is kept
+        (``_keep``) for the stat after the rename, instead of reopening by name as atomicwrites
+        does. The random part is os.urandom's, as secrets.token_hex's is (without importing
+        secrets, which the first commit of a process paid 0.5 ms for)."""
         while True:
             name = self._prefix + os.urandom(6).hex() + TEMP_SUFFIX
             _rec("create", name)
@@ -88,15 +87,24 @@ class _Steps:
                 continue
         self._tmp = name
         self._keep = fd
-        return open(fd, "wb", buffering=0, closefd=False)  # atomicwrites closes it, not the fd
+        return fd
+
+    def get_fileobject(self, **kwargs: Any) -> IO[bytes]:
+        # atomicwrites' step (its ``open`` calls it): our temp file, as an unbuffered file
+        # object that leaves the descriptor open (closefd=False) for the stat after the rename
+        return open(self.create_temp(), "wb", buffering=0, closefd=False)
 
     def sync(self, f: IO[bytes]) -> None:
         f.flush()
+        self.sync_fd(f.fileno())
+
+    def sync_fd(self, fd: int) -> None:
+        """The temp file's fsync (unless not ``durable``): ``sync``'s, and ``_drive``'s."""
         if self._durable:
             _rec("fsync", self._tmp)
-            _w._fsync_fd(f.fileno())
+            _w._fsync_fd(fd)
 
-    def commit(self, f: IO[bytes]) -> None:
+    def commit(self, f: IO[bytes] | None) -> None:
         if self._overwrite:
             _rec("rename", self._tmp, self._path)
             _w._retry_sharing(self._replace, self._tmp, self._path)
@@ -154,21 +162,26 @@ def _put(writer: _Steps, f: IO[bytes], data: bytes) -> None:
 
 
 def _drive(writer: _Steps, data: bytes) -> None:
-    """The steps in atomicwrites' order (``AtomicWriter._open``): the temp file, the data, its
-    fsync, the file object closed, the rename; on any failure the temp file removed (a failure
-    of that removal never hides the first)."""
-    f = None
+    """The steps in atomicwrites' order (``AtomicWriter._open``) on the temp file's descriptor
+    itself (no file object: it cost an ``fstat`` and an object per write): the temp file, the
+    data, its fsync, the rename; on any failure the temp file removed (a failure of that removal
+    never hides the first)."""
     ok = False
     try:
-        with writer.get_fileobject() as f:
-            _put(writer, f, data)
-            writer.sync(f)
-        writer.commit(f)
+        fd = writer.create_temp()
+        _rec("write", writer._tmp, data)
+        n = os.write(fd, data)
+        if n < len(data):  # a short write (a signal, ENOSPC part-way) goes on
+            view = memoryview(data)[n:]
+            while view:
+                view = view[os.write(fd, view):]
+        writer.sync_fd(fd)
+        writer.commit(None)
         ok = True
     finally:
         if not ok:
             try:  # noqa: SIM105 - contextlib is not imported on the commit path
-                writer.rollback(f)
+                writer.rollback(None)
             except Exception:  # as atomicwrites: the first error is the one raised
                 pass
 
