@@ -14,6 +14,12 @@ Contenders, interleaved round by round, all on the same filesystem:
   floor_encoded    the floor that issue 13's targets are set against: the same document encoded
                    with the fastest encoder available (``orjson.dumps`` of the session's dict, as
                    ready-made dicts), then the floor's write, fsync, rename and directory fsync
+  floor_protocol   the design's protocol done bare, the same bytes ready-made: the floor's
+                   steps plus the ones a checkpoint must take that it does not (the commit
+                   lock's ``flock`` and release, the compare-and-swap of a file younger than a
+                   timestamp granule: open, ``fstat``, read, close; the marker's ``lstat``; a
+                   random temp name created ``O_EXCL``; the inode's ``fstat`` after the rename),
+                   no Python logic: between it and fsdurable is what the Python costs
   sqlite           SQLite (stdlib ``sqlite3``), WAL, ``synchronous=FULL``, the same bytes as one
                    blob row (UPDATE in its own transaction)
   part_*           two parts of fsdurable's checkpoint on their own, for the breakdown: taking
@@ -138,6 +144,63 @@ class FloorEncoded(Floor):
                                 option=orjson.OPT_APPEND_NEWLINE))
 
 
+class FloorProtocol(Floor):
+    """The design's own protocol done bare (stdlib, the same bytes ready-made, no Python logic):
+    the steps a checkpoint must take that the floor does not — the session's commit lock
+    (``flock`` and its release on a lock file kept open), the compare-and-swap of a file
+    written less than a timestamp granule ago (open, ``fstat``, read of its first bytes,
+    close), the marker's ``lstat``, a temp file of a random name created exclusively and never
+    through a link, the stat of the new inode after the rename — around the floor's write,
+    fsync, rename and directory fsync. What is left between it and fsdurable is Python."""
+
+    def __init__(self, directory: str, ring: list[bytes]) -> None:
+        import fcntl
+
+        super().__init__(directory, ring)
+        self.flock = fcntl.flock
+        self.ex, self.un = fcntl.LOCK_EX | fcntl.LOCK_NB, fcntl.LOCK_UN
+        self.lock = os.open(os.path.join(directory, "commit.lock"), os.O_RDWR | os.O_CREAT,
+                            0o600)
+        self.marker = os.path.join(directory, "marker.json")
+        with open(self.marker, "wb") as f:
+            f.write(b"{}")
+        self.prefix = os.path.join(directory, "~floor.json.")
+        self.flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        self.read = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        with open(self.path, "wb") as f:
+            f.write(ring[0])
+
+    def write(self, data: bytes) -> None:
+        self.flock(self.lock, self.ex)
+        try:
+            fd = os.open(self.path, self.read)  # the compare-and-swap of a young file
+            try:
+                os.fstat(fd)
+                os.read(fd, 1024)
+            finally:
+                os.close(fd)
+            os.lstat(self.marker)  # the marker says the same: not rewritten
+            tmp = self.prefix + os.urandom(6).hex() + ".tmp"
+            fd = os.open(tmp, self.flags, 0o600)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+                os.replace(tmp, self.path)
+                os.fstat(fd)
+            finally:
+                os.close(fd)
+            dfd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        finally:
+            self.flock(self.lock, self.un)
+
+    def close(self) -> None:
+        os.close(self.lock)
+
+
 def document_ring(s: Any, k: int = 16) -> list[dict[str, Any]]:
     """The dicts of ``k`` successive checkpoints of ``s`` (the floor_encoded contender's input)."""
     import time
@@ -191,6 +254,9 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
         os.makedirs(floor_dir)
         enc_dir = os.path.join(work, f"floor-encoded-{size}")
         os.makedirs(enc_dir)
+        proto_dir = os.path.join(work, f"floor-protocol-{size}")
+        os.makedirs(proto_dir)
+        proto = FloorProtocol(proto_dir, ring)
 
         def checkpoint(box: dict[str, Any]) -> None:
             box["s"] = box.get("store", store).checkpoint(box["s"])
@@ -209,6 +275,7 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
                  "fsdurable_cold": lambda b=cold: checkpoint(b),
                  "floor": Floor(floor_dir, ring),
                  "floor_encoded": FloorEncoded(enc_dir, document_ring(box["s"])),
+                 "floor_protocol": proto,
                  "sqlite": peer,
                  # parts of a checkpoint, for the breakdown (no disk write)
                  "part_commit_lock": lock_only,
@@ -216,11 +283,15 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
         res = measure(calls, min_reps=min(10, p["reps"][size]), max_reps=p["reps"][size],
                       budget=p["budget"], setup=setup)
         peer.db.close()
+        proto.close()
         f = res["fsdurable"]
         row = {"size": size, "bytes": len(data), "messages": len(box["s"].messages),
                "results": res,
                "ratios": {"fsdurable_vs_floor_encoded": ratio(f, res["floor_encoded"]),
                           "fsdurable_vs_floor": ratio(f, res["floor"]),
+                          "fsdurable_vs_floor_protocol": ratio(f, res["floor_protocol"]),
+                          "floor_protocol_vs_floor_encoded": ratio(res["floor_protocol"],
+                                                                   res["floor_encoded"]),
                           "fsdurable_cold_vs_floor": ratio(res["fsdurable_cold"], res["floor"]),
                           "sqlite_vs_floor": ratio(res["sqlite"], res["floor"]),
                           "fsdurable_vs_sqlite": ratio(f, res["sqlite"])}}
@@ -234,7 +305,10 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
             v = r["ratios"]["fsdurable_vs_floor_encoded"]
             targets[f"checkpoint_vs_floor_{size >> 10}KB"] = {
                 "value": v, "target": f"<= {limit}", "met": v <= limit,
-                "vs_floor_without_encoding": r["ratios"]["fsdurable_vs_floor"]}
+                "vs_floor_without_encoding": r["ratios"]["fsdurable_vs_floor"],
+                "vs_floor_protocol": r["ratios"]["fsdurable_vs_floor_protocol"],
+                "floor_protocol_vs_floor_encoded":
+                    r["ratios"]["floor_protocol_vs_floor_encoded"]}
     fc = first_commit(work, 5 if quick else 30)
     targets["first_commit_vs_warm"] = {"value": fc["first_vs_warm"], "target": "<= 2",
                                        "met": fc["first_vs_warm"] <= 2}

@@ -234,6 +234,8 @@ def startup(d: dict[str, Any]) -> str:
 
 def commit(d: dict[str, Any]) -> str:
     names = ["fsdurable", "fsdurable_cold", "floor_encoded", "floor", "sqlite"]
+    if all("floor_protocol" in r["results"] for r in d["rows"]):
+        names.insert(4, "floor_protocol")
     rows = []
     for r in d["rows"]:
         res = r["results"]
@@ -522,9 +524,13 @@ METHOD = """\
   after a load). Two floors: `floor_encoded` (issue 13's floor: the same
   document encoded with the fastest encoder available, `orjson.dumps` of the session's dict,
   then written to a temp file, fsynced, renamed, directory fsynced) and `floor` (the same bytes
-  ready-made: no encoding). SQLite: WAL, `synchronous=FULL`, one blob row updated in its own
-  transaction, ready-made bytes. SQLite rewrites only the pages that changed when a blob keeps
-  its length, which is why it beats the floor when nothing but a timestamp changed.
+  ready-made: no encoding); beside them `floor_protocol`, the design's protocol done bare with
+  the same ready-made bytes (the floor's steps plus the commit lock's `flock` and release, the
+  compare-and-swap's open, `fstat`, read and close of a young file, the marker's `lstat`, a
+  random temp name, the `fstat` after the rename: no Python logic). SQLite: WAL,
+  `synchronous=FULL`, one blob row updated in its own transaction, ready-made bytes. SQLite
+  rewrites only the pages that changed when a blob keeps its length, which is why it beats the
+  floor when nothing but a timestamp changed.
 - **Growth** (`bench/growth.py`): checkpoint, append + checkpoint, `patch` and `begin_turn` at
   10 to 5,000 messages against the append floor (append + fdatasync of the new message) and the
   rename floor; a 1,000-turn chat's time and bytes written (`/proc/self/io`) against an
@@ -657,7 +663,16 @@ def notes(data: dict[str, Any]) -> str:
                 "2 s, its first bytes read again), checks the marker (an `lstat`), encodes the "
                 f"session{parts} and keeps what it wrote (the new file's `fstat`). The smaller "
                 "the fsync latency of the machine, the more these fixed costs weigh; the fsync "
-                "itself varies by several times between runs on a shared machine.")
+                "itself varies by several times between runs on a shared machine."
+                + (f" Those steps done bare, with no Python logic (`floor_protocol`: the lock's "
+                   "`flock` and release, the young file's open, `fstat`, read and close, the "
+                   "marker's `lstat`, a random temp name, the `fstat` after the rename) took "
+                   f"{fmt_time(res['floor_protocol']['median'])}, "
+                   f"{x(r['ratios']['floor_protocol_vs_floor_encoded'])} the floor's: "
+                   f"fsdurable is {x(r['ratios']['fsdurable_vs_floor_protocol'])} that, and "
+                   "that part is the Python that drives the steps (its cost grows after each "
+                   "fsync's wait, when the processor's caches are cold)."
+                   if "floor_protocol" in res else ""))
     me = data.get("memory")
     if me:
         for key, t in me["targets"].items():
