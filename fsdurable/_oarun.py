@@ -298,7 +298,8 @@ def continuation(s: Session, *, at: float) -> tuple[Session, list[dict[str, Any]
     items trimmed to it) with the human's answer to each of its parked calls; a "did not run"
     answer is marked re-run here (``fsdurable review --rerun`` then refuses it)."""
     from . import _review
-    from .openai_agents import RAN_TEXT, record, trimmed, with_record
+    from ._oaitems import record, trimmed, with_record
+    from .openai_agents import RAN_TEXT
 
     rec = record(s)
     tid = rec.get("turn_id")

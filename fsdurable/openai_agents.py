@@ -14,19 +14,19 @@
 - ``recover(agent, store)``: resumes this driver's interrupted runs through fsdurable's gates,
   UNATTENDED; ``continue_run`` goes on with a run parked for review once a human answered.
 
-The items live in the session's lane ``openai_agents``: write-once segments of ``history/<id>/``
-the session document names (docs/storage.md, "Lanes"), so ``add_items`` writes the new items and
-the small document, ``get_items(limit)`` reads the segments that hold the last ``limit``, and
-``pop_item`` cuts the lane's end in the document without rewriting it. The run record lives under
-``metadata["openai_agents"]["run"]`` (a paused run's state under ``["paused"]``). A session of an
-older fsdurable (its items in ``metadata["openai_agents"]["items"]``) is migrated by the repair
-gate at its first write here (``session_migrated``).
+The items live in the session's lane ``openai_agents`` (the storage functions: ``_oaitems``):
+write-once segments of ``history/<id>/`` the session document names (docs/storage.md, "Lanes"),
+so ``add_items`` writes the new items and the small document, ``get_items(limit)`` reads the
+segments that hold the last ``limit``, and ``pop_item`` cuts the lane's end in the document
+without rewriting it. The run record lives under ``metadata["openai_agents"]["run"]`` (a paused
+run's state under ``["paused"]``). A session of an older fsdurable (its items in
+``metadata["openai_agents"]["items"]``) is migrated by the repair gate at its first write here
+(``session_migrated``).
 """
 
 from __future__ import annotations
 
 import contextvars
-import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,8 @@ from ._aio import run_sync
 from ._async import AsyncStore, StoreLike, as_store
 from ._errors import ConflictError, InvalidState, SessionNotFound, UnreadableState
 from ._layout import validate_session_id
-from ._model import Session, adapter_ns, extended, with_adapter_ns
+from ._model import Session, extended
+from ._oaitems import KEY, Item, _json, _ns, items, prefix, record, trimmed, with_items, with_record
 from ._tools import ToolContext
 
 if TYPE_CHECKING:
@@ -44,13 +45,10 @@ if TYPE_CHECKING:
     from ._recovery import RecoveryPolicy, RecoveryReport
     from ._turns import TurnRun
 
-KEY = "openai_agents"  # the session metadata key this adapter owns
 DRIVER = "openai-agents"  # the turn's driver: recovery hands the run to this adapter alone
 SOURCE = DRIVER  # the source of a session this adapter creates: provenance only
 EFFECTS = ("none", "idempotent", "external")
 RAN_TEXT = "the call ran (a human confirmed it after a crash); its output was not recorded"
-
-Item = Any  # agents.items.TResponseInputItem: a JSON object
 
 CURRENT: contextvars.ContextVar[ToolContext | None] = contextvars.ContextVar(
     "fsdurable_openai_agents_call", default=None)
@@ -60,68 +58,6 @@ def current_call() -> ToolContext | None:
     """Inside a tool of a durable run: fsdurable's ``ToolContext`` of the call (its
     ``idempotency_key``, ``attended``, ``resumed``); None elsewhere."""
     return CURRENT.get()
-
-
-# ---------------------------------------------------------------------------------- storage
-# (small functions: how a session stores its items may change; nothing else knows the layout)
-
-
-def _ns(s: Session | None) -> dict[str, Any]:
-    return adapter_ns(s, KEY)
-
-
-def items(s: Session | None) -> Sequence[Item]:
-    """The session's items: a lazy sequence (read from the lane's segments as used)."""
-    return s.lanes.get(KEY, ()) if s is not None else ()
-
-
-def with_items(s: Session, new: Sequence[Item]) -> Session:
-    """``s`` holding ``new`` as its items: ``items(s) + tuple(more)`` or ``prefix(items(s), n)``
-    keep what is stored (the commit writes only the new items); empty: the lane is removed."""
-    return attrs.evolve(s, lanes={**s.lanes, KEY: new})
-
-
-def prefix(got: Sequence[Item], n: int) -> Sequence[Item]:
-    """The first ``n`` items, cutting a stored lane in its document (nothing rewritten)."""
-    from ._history import History
-
-    return got.prefix(n) if isinstance(got, History) else tuple(got)[: max(0, n)]
-
-
-def record(s: Session | None) -> dict[str, Any]:
-    rec = _ns(s).get("run")
-    return dict(rec) if isinstance(rec, dict) else {}
-
-
-def with_record(s: Session, **changes: Any) -> Session:
-    """``s`` with this adapter's metadata updated (a key set to None is removed; ``items_at``
-    and ``state``/``answers`` go into the run record; ``items``: ``with_items``)."""
-    if "items" in changes:
-        s = with_items(s, changes.pop("items"))
-    run_keys: dict[str, Any] = {k: changes.pop(k) for k in ("state", "items_at", "answers")
-                                if k in changes}
-    if run_keys:  # an explicit run= given with them is applied after them, as before
-        merged: dict[str, Any] = {**record(s), **run_keys}
-        changes.setdefault("run", merged)
-    return with_adapter_ns(s, KEY, **changes)
-
-
-def trimmed(s: Session) -> Session:
-    """``s`` with the items its run record accounts for (what a dead run added after its last
-    checkpoint goes: the resumed run adds it again)."""
-    at = record(s).get("items_at")
-    if not isinstance(at, int):
-        return s
-    return with_items(s, prefix(items(s), at))
-
-
-def _json(value: Any, what: str, sid: str) -> Any:
-    """A JSON copy of ``value`` (what SQLiteSession stores); InvalidState if it is not JSON."""
-    try:
-        return json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False))
-    except (TypeError, ValueError) as e:
-        raise InvalidState(f"{what} of session {sid!r} is not JSON: {e}", session_id=sid,
-                           reason="not_json") from e
 
 
 class FileSession:
