@@ -6,13 +6,13 @@ under ``metadata["openai_agents"]["run"]``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 import attrs
 
 from ._errors import InvalidState
+from ._jsoncopy import json_copy
 from ._model import Session, adapter_ns, with_adapter_ns
 
 KEY = "openai_agents"  # the session metadata key (and lane) this adapter owns
@@ -70,9 +70,10 @@ def trimmed(s: Session) -> Session:
 
 
 def _json(value: Any, what: str, sid: str) -> Any:
-    """A JSON copy of ``value`` (what SQLiteSession stores); InvalidState if it is not JSON."""
+    """A JSON copy of ``value`` (what SQLiteSession stores: ``_jsoncopy``, the standard
+    library's copy, by orjson where that is the same); InvalidState if it is not JSON."""
     try:
-        return json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False))
+        return json_copy(value)
     except (TypeError, ValueError) as e:
         raise InvalidState(f"{what} of session {sid!r} is not JSON: {e}", session_id=sid,
                            reason="not_json") from e
