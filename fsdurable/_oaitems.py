@@ -9,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import attrs
-
+from ._commit import evolve
 from ._errors import InvalidState
 from ._jsoncopy import json_copy
 from ._model import Session, adapter_ns, with_adapter_ns
@@ -32,7 +31,7 @@ def items(s: Session | None) -> Sequence[Item]:
 def with_items(s: Session, new: Sequence[Item]) -> Session:
     """``s`` holding ``new`` as its items: ``items(s) + tuple(more)`` or ``prefix(items(s), n)``
     keep what is stored (the commit writes only the new items); empty: the lane is removed."""
-    return attrs.evolve(s, lanes={**s.lanes, KEY: new})
+    return evolve(s, lanes={**s.lanes, KEY: new})  # attrs.evolve, its fields looked up once
 
 
 def prefix(got: Sequence[Item], n: int) -> Sequence[Item]:
