@@ -280,18 +280,18 @@ class Store:
         self._cache.saw_session(sid, st, s, trusted=migrated)
         return s
 
-    def _load_known(self, sid: str, known: Session | None, *, confirm: bool = True) -> Session:
+    def _load_known(self, sid: str, known: Session | None) -> Session:
         """``known`` (a session of ``sid`` this store read or committed) if the file on disk is
         still that commit, judged as the compare-and-swap judges it (``FileCache``: by stat, a
         recent stat confirmed from the file's first bytes); else ``load(sid)``. A caller that
         keeps the session it last committed pays one ``lstat`` instead of a parse per
-        read-modify-write; anything another process or a sync tool wrote is read again.
-        ``confirm=False``: a recent stat is not confirmed here, for a caller that commits what
-        it derives from ``known`` (the compare-and-swap confirms it: ConflictError if not)."""
+        read-modify-write; anything another process or a sync tool wrote is read again. (A
+        caller that commits what it derives from ``known`` need not ask: the compare-and-swap
+        judges the file alike, ConflictError if it is another commit.)"""
         if known is not None and known.id == sid:
             path = self.layout.session(sid)
             st = _fsio.lstat(path)
-            if st is not None and self._cache.session_ident(sid, path, st, confirm=confirm) == (
+            if st is not None and self._cache.session_ident(sid, path, st) == (
                     known.version, known.commit_id):
                 return known
         return self.load(sid)

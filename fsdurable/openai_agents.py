@@ -71,8 +71,12 @@ class FileSession:
         self.astore = store if isinstance(store, AsyncStore) else AsyncStore(as_store(store))
         self.store = self.astore.store
         # the document this session last read or committed in ``_mutate`` (under the commit
-        # lock): reused while the file on disk is still that commit (``Store._load_known``)
+        # lock): reused while the file on disk is still that commit (``_mutate``)
         self._doc: Session | None = None
+        # another writer changed the file under ``_doc`` at the last mutation: the next one
+        # asks the file first (a changed file is parsed once, not by the compare-and-swap and
+        # then again)
+        self._shared = False
 
     def __repr__(self) -> str:
         return f"FileSession({self.session_id!r}, {self.store.root!r})"
@@ -123,26 +127,36 @@ class FileSession:
     def _mutate(self, fn: Callable[[Sequence[Item]], tuple[Sequence[Item], Any]]) -> Any:
         """``fn(items) -> (new items, result)`` committed (nothing if it returns the same
         sequence). A write: a bad file is quarantined and an older session migrated by the
-        repair gate first (each an event)."""
+        repair gate first (each an event). The document held from the last mutation is used
+        as it is, the file judged by the commit's compare-and-swap (``_apply``); after another
+        writer was met, by ``Store._load_known`` first (an ``lstat``), until the file is found
+        as this session left it."""
         sid = self.session_id  # validated once, by __init__
         with self.store._commit_lock(sid):
             doc, self._doc = self._doc, None  # set again only once this mutation succeeded
-            s = self._current(sid, doc, confirm=False)
+            if doc is not None and not self._shared:
+                return self._apply(sid, doc, fn, held=True)
+            s = self._current(sid, doc)
+            if doc is not None:
+                self._shared = s is not doc
             return self._apply(sid, s, fn, held=s is not None and s is doc)
 
     def _apply(self, sid: str, s: Session | None,
                fn: Callable[[Sequence[Item]], tuple[Sequence[Item], Any]], *, held: bool) -> Any:
-        """``fn`` applied to ``s``'s items and committed. ``held``: ``s`` is the document held
-        from the last mutation, its stat unchanged but a recent stat not confirmed from the
-        file: a mutation that writes leaves that to the commit's compare-and-swap (a file of
-        the same stat that is another commit: ConflictError, then read again), one that
-        writes nothing confirms it here."""
+        """``fn`` applied to ``s``'s items and committed. ``held``: ``s`` is the document
+        committed or read here last, not checked against the file: a mutation that writes
+        leaves that to the commit's compare-and-swap, which judges the file as ``_current``
+        would (by stat, a recent one confirmed from its first bytes) before anything is
+        written — another commit there (ConflictError) or a file it cannot read
+        (UnreadableState) is read again through ``_current`` (quarantined if bad, migrated if
+        old) and ``fn`` applied to that; one that writes nothing confirms it here."""
         cur = items(s)
         new, out = fn(cur)
         if new is cur:
             if held:
                 got = self._current(sid, s)
                 if got is not s:
+                    self._shared = True
                     return self._apply(sid, got, fn, held=False)
             self._doc = s
         elif s is None:
@@ -150,19 +164,19 @@ class FileSession:
         else:
             try:
                 self._doc = self.store._commit_locked(with_items(s, new), s.version)
-            except ConflictError:
+            except (ConflictError, UnreadableState):
                 if not held:
                     raise
+                self._shared = True
                 return self._apply(sid, self._current(sid, None), fn, held=False)
         return out
 
-    def _current(self, sid: str, known: Session | None, *, confirm: bool = True
-                 ) -> Session | None:
+    def _current(self, sid: str, known: Session | None) -> Session | None:
         """The session on disk (``known`` while the file is still that commit; None if
         missing); a write's: a bad file is quarantined, an older session's inline items
         migrated (the repair gate)."""
         try:
-            s = self.store._load_known(sid, known, confirm=confirm)
+            s = self.store._load_known(sid, known)
         except SessionNotFound:
             return None
         except UnreadableState:

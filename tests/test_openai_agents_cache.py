@@ -1,10 +1,10 @@
 """FileSession keeps the document it last committed and reuses it for its next mutation only
-while the file on disk is still that commit (``Store._load_known``: judged by stat as the
-compare-and-swap judges it; a recent stat is confirmed from the file's first bytes by the
-commit's compare-and-swap, or here when the mutation writes nothing). Whatever
+while the file on disk is still that commit: a mutation that writes commits what it derives from
+it and the commit's compare-and-swap judges the file (by stat, a recent stat confirmed from the
+file's first bytes), one that writes nothing asks ``Store._load_known`` (judged alike). Whatever
 replaced the file meanwhile — another process's commit, a sync tool's older copy or another
-node's commit of the same version, a corrupt file, a deletion — is read again, never written
-over from the stale copy."""
+node's commit of the same version, a corrupt file, an older or a newer format, a deletion — is
+read again, never written over from the stale copy."""
 
 from __future__ import annotations
 
@@ -57,11 +57,31 @@ def test_a_mutation_parses_the_document_only_when_it_changed(tmp_path: Path,
 
     run(main())
     assert parsed == []  # every mutation after the first reused the document it committed
-    run(FileSession("s1", fsdurable.Store(root)).add_items([msg(7)]))  # another writer's
+    other = FileSession("s1", fsdurable.Store(root))
+    run(other.add_items([msg(7)]))  # another writer's
     parsed.clear()
     run(s.add_items([msg(8)]))
-    assert parsed == ["s1"]
-    assert run(s.get_items()) == [msg(6), msg(7), msg(8)]
+    assert parsed == ["s1", "s1"]  # the compare-and-swap's read (ConflictError), the re-read
+    for i, want in ((9, 3), (10, 2), (11, 2)):  # writers taking turns: each asks the file
+        parsed.clear()  # first once it met the other (other's first meeting: two parses)
+        run(other.add_items([msg(f"o{i}")]))
+        run(s.add_items([msg(i)]))
+        assert parsed == ["s1"] * want  # then each change is parsed once, by its reader
+    asked: list[str] = []
+    known = s.store._load_known
+
+    def asking(sid: str, doc: Any) -> Any:
+        asked.append(sid)
+        return known(sid, doc)
+
+    monkeypatch.setattr(s.store, "_load_known", asking)
+    for i, ask in ((12, 1), (13, 0)):  # alone again: the first asks the file and finds its own
+        parsed.clear()                 # commit, the next does not ask
+        asked.clear()
+        run(s.add_items([msg(i)]))
+        assert parsed == [] and len(asked) == ask
+    assert run(s.get_items()) == [msg(6), msg(7), msg(8), msg("o9"), msg(9), msg("o10"),
+                                  msg(10), msg("o11"), msg(11), msg(12), msg(13)]
 
 
 def test_another_writer_s_commits_are_seen(tmp_path: Path) -> None:
@@ -127,6 +147,44 @@ def test_a_file_corrupted_or_deleted_under_a_held_document(tmp_path: Path) -> No
     assert run(s.pop_item()) is None  # the deletion is seen: nothing to pop
     run(s.add_items([msg(4)]))
     assert run(s.get_items()) == [msg(4)]
+
+
+def test_an_older_session_put_under_a_held_document_is_migrated_first(tmp_path: Path) -> None:
+    """The compare-and-swap sees another commit; the re-read meets an older fsdurable's
+    session (its items inline): the repair gate migrates it (an event), then the item is
+    added to its items."""
+    root = tmp_path / "store"
+    s = FileSession("s1", fsdurable.Store(root))
+    run(s.add_items([msg(1)]))
+    other = fsdurable.Store(root)  # another process replaces the session with an older one
+    other.delete("s1")
+    other.create("s1", source="openai-agents",
+                 metadata={"openai_agents": {"items": [msg("old")]}})
+    run(s.add_items([msg(2)]))
+    assert run(FileSession("s1", fsdurable.Store(root)).get_items()) == [msg("old"), msg(2)]
+    codes = [e.code for e in fsdurable.Store(root).events("s1")]
+    assert codes.count("session_migrated") == 1
+
+
+@pytest.mark.parametrize("op", ["add", "pop"])
+def test_a_newer_fsdurable_s_file_under_a_held_document_is_never_written(tmp_path: Path,
+                                                                         op: str) -> None:
+    import json
+
+    root = tmp_path / "store"
+    s = FileSession("s1", fsdurable.Store(root))
+    run(s.add_items([msg(1)]))
+    d = json.loads(doc(root).read_bytes())
+    d.update({"format": "fsdurable.session/99", "commit_id": "ab" * 8})
+    doc(root).write_text(json.dumps(d))
+    before = doc(root).read_bytes()
+    if op == "add":
+        with pytest.raises(fsdurable.UnreadableState) as info:
+            run(s.add_items([msg(2)]))
+        assert info.value.reason == "unknown_version"
+    else:  # the repair gate leaves it; there is nothing this fsdurable can pop
+        assert run(s.pop_item()) is None
+    assert doc(root).read_bytes() == before
 
 
 @pytest.mark.parametrize("op", ["add", "pop", "clear", "pop_empty", "clear_empty"])
