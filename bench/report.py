@@ -673,6 +673,27 @@ def notes(data: dict[str, Any]) -> str:
                    "that part is the Python that drives the steps (its cost grows after each "
                    "fsync's wait, when the processor's caches are cold)."
                    if "floor_protocol" in res else ""))
+    ad = data.get("adapters")
+    a = ad.get("add_items") if ad else None
+    for n in a["sizes"] if a and "floor_document_hop" in a["results"] else ():
+        t = ad["targets"].get(f"add_items_{n}_vs_sqlite") if ad else None
+        if t is None or t["met"]:
+            continue
+        r = a["results"]
+        fs, sq = r[f"fsdurable_{n}"]["median"], r[f"sqlite_{n}"]["median"]
+        hop = r["floor_document_hop"]["median"]
+        out.append(
+            f"- **add_items_{n}_vs_sqlite** is {x(t['value'])} (target {t['target']}): "
+            f"`FileSession.add_items` took {fmt_time(fs)} against `SQLiteSession`'s "
+            f"{fmt_time(sq)}. The floor, the same document written by rename (two fsyncs), "
+            f"took {fmt_time(r['floor_document']['median'])} called directly and "
+            f"{fmt_time(hop)} through the hop both sessions make (`asyncio.to_thread` from "
+            f"the event loop): {x(hop / sq)} SQLite's `add_items` already, so the target leaves "
+            f"fsdurable {fmt_time(float(t['target'].split()[-1]) * sq - hop)} over that floor; "
+            f"it spends {fmt_time(fs - hop)}: the JSON copy of the item, the commit lock, the "
+            "compare-and-swap (while the file is younger than 2 s its first bytes are read "
+            "again), the lane's encoding and the document's, the marker check (an `lstat`) "
+            "and the atomic writer's own steps.")
     me = data.get("memory")
     if me:
         for key, t in me["targets"].items():
