@@ -89,6 +89,8 @@ def _init_spec(cls: Any) -> tuple[Callable[[Any], tuple[Any, ...]], dict[str, in
 
 
 _INIT: dict[type, tuple[Callable[[Any], tuple[Any, ...]], dict[str, int]]] = {}
+# a frozen instance's field set in place: only on an instance no one else holds yet
+_set_field = object.__setattr__
 _LAZY: list[Any] = []
 
 
@@ -179,17 +181,17 @@ def commit_locked(ctx: Context, new: Session, base: int, *, at_least: int = 0,
     for seg in segments:  # step 0: the new values, durable before anything names them
         write_segment(ctx, sid, *seg)
     if chain is not None or lanes or s.lanes:
-        stored: dict[str, Any] = {}  # the history the document names, as the session's
+        # the history the document names, as the session's. ``s`` is this call's own new
+        # instance (made by the evolve above; nothing else holds it yet): its two history
+        # fields, which no validator checks, are set in place instead of a third copy
         msgs = s.messages
         if chain is not None and not (isinstance(msgs, History) and msgs.chain is chain
                                       and not msgs.tail):  # else it is that already
-            stored["messages"] = History(chain)
+            _set_field(s, "messages", History(chain))
         if s.lanes.keys() != lanes.keys() or (lanes and not all(
                 isinstance(v, History) and v.chain is lanes[k] and not v.tail
                 for k, v in s.lanes.items())):
-            stored["lanes"] = {k: History(c) for k, c in lanes.items()}
-        if stored:
-            s = evolve(s, **stored)
+            _set_field(s, "lanes", {k: History(c) for k, c in lanes.items()})
     if m is not None:
         try:
             mst = _fsio.write_atomic(mpath, mdata, durable=ctx.config.fsync)

@@ -337,3 +337,25 @@ def test_format_5_for_lanes_a_format_4_document_is_migrated_by_the_gate(tmp_path
         finally:
             rc.CURRENT.update(saved)
     assert e.value.reason == "unknown_version"
+
+
+def test_a_commit_leaves_the_session_it_was_given_as_it_was(tmp_path: Path) -> None:
+    """The commit returns its own copy naming the stored history; the caller's session (its
+    lanes and messages as given) is never changed, nor is one it committed before."""
+    import attrs
+
+    from fsdurable._model import Message
+
+    st = fsdurable.Store(tmp_path / "s")
+    s0 = st.create("c", lanes={"x": (1, 2)})
+    lanes0, msgs0 = s0.lanes, s0.messages
+    given = attrs.evolve(s0, lanes={"x": (*s0.lanes["x"], 3)},
+                         messages=(Message("user", "hi"),))
+    lanes1, msgs1 = given.lanes, given.messages
+    s1 = st.commit(given, s0.version)
+    assert given.lanes is lanes1 and given.lanes == {"x": (1, 2, 3)}
+    assert given.messages is msgs1 and given.messages == (Message("user", "hi"),)
+    assert s0.lanes is lanes0 and s0.messages is msgs0
+    assert isinstance(s1.lanes["x"], History) and isinstance(s1.messages, History)
+    assert list(s1.lanes["x"]) == [1, 2, 3] and list(s1.messages) == [Message("user", "hi")]
+    assert st.load("c") == s1
