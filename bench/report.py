@@ -251,9 +251,9 @@ def commit(d: dict[str, Any]) -> str:
     if parts:
         out += ("\n\nWhere fsdurable's time over the floor goes (medians, same run): the commit "
                 "lock taken and released, the session encoded (warm encoder); the rest is the "
-                "version check (an `lstat`; while the file is younger than 2 s its first bytes "
-                "are read again), the marker's `lstat`, the atomic writer's own steps and the "
-                "bookkeeping.\n\n" +
+                "version check (while the file is younger than 2 s, one open for its stat and "
+                "first bytes; else an `lstat`), the marker's `lstat`, the atomic writer's own "
+                "steps and the bookkeeping.\n\n" +
                 table(["session", "fsdurable - floor", "commit lock", "encode"],
                       [[size(r["size"]),
                         fmt_time(r["results"]["fsdurable"]["median"]
@@ -659,11 +659,12 @@ def notes(data: dict[str, Any]) -> str:
                 f"{fmt_time(res[base]['median'])} (which encodes with orjson, then writes, "
                 "fsyncs, renames and fsyncs the directory). Besides the same steps, a checkpoint "
                 "takes the session's commit lock (a `flock` on a sidecar file kept open: lock, "
-                "unlock), checks the commit on disk (an `lstat`; while the file is younger than "
-                "2 s, its first bytes read again), checks the marker (an `lstat`), encodes the "
-                f"session{parts} and keeps what it wrote (the new file's `fstat`). The smaller "
-                "the fsync latency of the machine, the more these fixed costs weigh; the fsync "
-                "itself varies by several times between runs on a shared machine."
+                "unlock), checks the commit on disk (while the file is younger than 2 s, one "
+                "open for its stat and first bytes; else an `lstat`), checks the marker (an "
+                f"`lstat`), encodes the session{parts} and keeps what it wrote (the new file's "
+                "`fstat`). The smaller the fsync latency of the machine, the more these fixed "
+                "costs weigh; the fsync itself varies by several times between runs on a shared "
+                "machine."
                 + (f" Those steps done bare, with no Python logic (`floor_protocol`: the lock's "
                    "`flock` and release, the young file's open, `fstat`, read and close, the "
                    "marker's `lstat`, a random temp name, the `fstat` after the rename) took "
