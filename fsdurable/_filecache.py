@@ -110,18 +110,14 @@ class FileCache:
         with self._mu:
             self._seen[sid] = seen
 
-    def session_ident(self, sid: str, path: str, st: os.stat_result, *,
-                      confirm: bool = True) -> tuple[int, str] | None:
+    def session_ident(self, sid: str, path: str, st: os.stat_result) -> tuple[int, str] | None:
         """The (version, commit id) of the session file of stat ``st`` if it is the one seen
-        (a racy stat is confirmed from the file's first bytes; ``confirm=False``: not here, for
-        a caller whose commit's compare-and-swap confirms it); None: read it again."""
+        (a racy stat is confirmed from the file's first bytes); None: read it again."""
         with self._mu:
             seen = self._seen.get(sid)
         if seen is None or seen.key != key(st):
             return None
         if seen.racy:
-            if not confirm:
-                return seen.version, seen.commit_id
             if not _prefix_matches(path, seen):
                 return None
             seen.racy = racy(st)

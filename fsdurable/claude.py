@@ -21,7 +21,6 @@ duck-typed: this module imports ``claude_agent_sdk`` only to fold a session summ
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from typing import Any
 
@@ -32,6 +31,7 @@ from . import _fsio
 from ._aio import run_sync
 from ._async import StoreLike, as_store
 from ._errors import InvalidState, SessionNotFound, UnreadableState
+from ._jsoncopy import json_copy
 from ._layout import new_id
 from ._model import Session
 from ._recordcodec import newer_format
@@ -72,7 +72,7 @@ class FileSessionStore:
         if not entries:
             return
         try:
-            copy = json.loads(json.dumps(list(entries), allow_nan=False))
+            copy = json_copy(list(entries))  # the standard library's copy (_jsoncopy)
         except (TypeError, ValueError) as e:
             raise InvalidState(f"a transcript entry is not JSON: {e}", reason="not_json") from e
         await run_sync(self._append, dict(key), copy)
