@@ -152,13 +152,15 @@ class _Steps:
             os.unlink(self._tmp)
 
 
-def _put(writer: _Steps, f: IO[bytes], data: bytes) -> None:
+def _put(writer: _Steps, fd: int, data: bytes) -> None:
+    """``data`` into the temp file's descriptor (both drivers: atomicwrites' file object is
+    unbuffered over it); a short write (a signal, ENOSPC part-way) goes on."""
     _rec("write", writer._tmp, data)
-    n = f.write(data)
-    if n < len(data):  # unbuffered: a short write (a signal, ENOSPC part-way) goes on
+    n = os.write(fd, data)
+    if n < len(data):
         view = memoryview(data)[n:]
         while view:
-            view = view[f.write(view):]
+            view = view[os.write(fd, view):]
 
 
 def _drive(writer: _Steps, data: bytes) -> None:
@@ -169,12 +171,7 @@ def _drive(writer: _Steps, data: bytes) -> None:
     ok = False
     try:
         fd = writer.create_temp()
-        _rec("write", writer._tmp, data)
-        n = os.write(fd, data)
-        if n < len(data):  # a short write (a signal, ENOSPC part-way) goes on
-            view = memoryview(data)[n:]
-            while view:
-                view = view[os.write(fd, view):]
+        _put(writer, fd, data)
         writer.sync_fd(fd)
         writer.commit(None)
         ok = True
@@ -232,7 +229,7 @@ def write_atomic(
         try:
             if _ATOMICWRITES:
                 with writer.open() as f:  # atomicwrites: get_fileobject, sync, commit | rollback
-                    _put(writer, f, data)
+                    _put(writer, f.fileno(), data)
             else:
                 _drive(writer, data)
             final = writer.final
