@@ -286,17 +286,21 @@ GROWTH_COLS = ("checkpoint", "append_checkpoint", "patch", "begin_turn", "floor_
 
 def growth(d: dict[str, Any]) -> str:
     rows = []
+    cols: tuple[str, ...] = GROWTH_COLS + (("floor_protocol",) if all(
+        "floor_protocol" in r["results"] for r in d["checkpoint_growth"]) else ())
     for r in d["checkpoint_growth"]:
         res = r["results"]
         rows.append([f"{r['messages']:,}", size(r["document_bytes"]),
-                     *[t3(res[k]) for k in GROWTH_COLS]])
-    out = table(["messages", "document", *GROWTH_COLS], rows)
+                     *[t3(res[k]) for k in cols]])
+    out = table(["messages", "document", *cols], rows)
     out += ("\n\nEach cell: median / p90 / p99 of one call, the contenders interleaved. "
             "`checkpoint`: a phase boundary (no new message); `append_checkpoint`: one new "
             "message and its commit; `patch`, `begin_turn`: read-modify-write commits that load "
             "the session; `floor_append`: one append + fdatasync of the new message (an "
             "append-only design); `floor_rename`: temp + fsync + rename + directory fsync of the "
-            "session document's bytes.")
+            "session document's bytes"
+            + ("; `floor_protocol`: the same with the steps the design's protocol adds, done "
+               "bare (bench/commit.py's `FloorProtocol`)." if "floor_protocol" in cols else "."))
     c = d["chat"]
     f, fl = c["fsdurable"], c["floor_append"]
     out += (f"\n\nA {c['turns']:,}-turn chat ({size(c['content_bytes'])} of messages) through "
@@ -352,11 +356,11 @@ def growth(d: dict[str, Any]) -> str:
                     t3(t["results"]["orjson_loads_whole"]),
                     x(t["ratios"]["read_history_vs_orjson_loads"])] for t in tp]))
     w = d["writes_per_turn"]
-    cols = ["session_writes", "marker_writes", "marker_removals", "fsyncs"]
+    kinds = ["session_writes", "marker_writes", "marker_removals", "fsyncs"]
     out += (f"\n\nWrites per bursty turn ({w['model_steps']} model steps, {w['tool_calls']} "
             "quick tool calls, `AgentLoop`; fsyncs include the event log's and the segments'):"
-            "\n\n" + table(["debounce", *cols, "turn time"],
-                            [[k, *[f"{w[k][c]:g}" for c in cols],
+            "\n\n" + table(["debounce", *kinds, "turn time"],
+                            [[k, *[f"{w[k][c]:g}" for c in kinds],
                               fmt_time(w[k]["turn_seconds_median"])]
                              for k in ("debounce_2s", "no_debounce")]))
     return out
@@ -543,6 +547,23 @@ METHOD = """\
 """
 
 
+def lazy_floor(fc: dict[str, Any]) -> str:
+    """The first commit's lazily imported floor, in words (empty for results made before it)."""
+    if "floor_lazy_first_median_s" not in fc:
+        return ""
+    r = fc["floor_lazy_first_vs_second"]
+    return (" The least a commit path imported on first use can cost (the startup rule keeps it "
+            "out of a store's opening): the floor's steps in one module that takes a `flock`, "
+            f"imported by its first write, took {fmt_time(fc['floor_lazy_first_median_s'])} "
+            f"against {fmt_time(fc['floor_lazy_second_median_s'])} for its second ({x(r)}"
+            + (", above the target already" if r > 2 else "") + "); fsdurable's first "
+            f"checkpoint is {x(fc['first_median_s'] / fc['floor_lazy_first_median_s'])} that "
+            f"first write. Importing {fc['empty_modules']} empty modules (as many as fsdurable's "
+            "own that the first checkpoint imports) took "
+            f"{fmt_time(fc['empty_modules_import_median_s'])} in the same process: the "
+            "interpreter's import machinery, before any module's own code.")
+
+
 def notes(data: dict[str, Any]) -> str:
     """Why a target was missed, from the figures of the same run."""
     out = []
@@ -603,6 +624,23 @@ def notes(data: dict[str, Any]) -> str:
             f"{x(di['targets']['growth_largest_vs_smallest_n']['value'])}: `interrupted()` never "
             "touches `sessions/`, so the difference is the noise of a shared machine (the floor "
             "on the same stores moves alike; see the interleaved table).")
+    gr = data.get("growth")
+    t = gr["targets"].get("small_checkpoint_vs_floor_rename") if gr else None
+    if gr and t is not None and not t["met"]:
+        r = gr["checkpoint_growth"][0]
+        res = r["results"]
+        text = (f"- **small_checkpoint_vs_floor_rename** is {x(t['value'])} (target "
+                f"{t['target']}): a checkpoint of a {r['messages']}-message session (a "
+                f"{size(r['document_bytes'])} document) took "
+                f"{fmt_time(res['checkpoint']['median'])} against the rename floor's "
+                f"{fmt_time(res['floor_rename']['median'])}.")
+        if "vs_floor_protocol" in t:
+            text += (f" The design's protocol done bare (`floor_protocol`, the same bytes) took "
+                     f"{fmt_time(res['floor_protocol']['median'])}, "
+                     f"{x(t['floor_protocol_vs_floor_rename'])} the rename floor: fsdurable is "
+                     f"{x(t['vs_floor_protocol'])} that, the Python that drives the steps "
+                     "(see the checkpoint's notes below).")
+        out.append(text)
     cm = data.get("commit")
     if cm:
         for key, t in cm["targets"].items():
@@ -633,7 +671,8 @@ def notes(data: dict[str, Any]) -> str:
                            "and a warm commit "
                            f"{fmt_time(fc['warm_after_pause_median_s'])}: the disk's part of "
                            "a first write is paid by any write after a pause, not only by a "
-                           "fresh process's first." if "floor_first_vs_second" in fc else ""))
+                           "fresh process's first." if "floor_first_vs_second" in fc else "")
+                        + lazy_floor(fc))
                 else:  # a result of the code before fcntl.flock was called directly
                     out.append(
                         head + "Of it, `import portalocker` (the mandated lock package, imported "
