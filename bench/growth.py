@@ -42,7 +42,7 @@ from typing import Any
 
 from ._harness import cache_dir, environment, log, measure, ratio, script_main, write_result
 
-FULL = {"points": [10, 100, 1_000, 5_000], "reps": 40, "budget": 6.0, "tp_sizes": [1 << 20],
+FULL = {"points": [10, 100, 1_000, 5_000], "reps": 200, "budget": 6.0, "tp_sizes": [1 << 20],
         "turns": 10, "chat_turns": 1_000, "rsync_messages": 1_000}
 QUICK = {"points": [10, 100, 1_000], "reps": 8, "budget": 0.5, "tp_sizes": [1 << 20],
          "turns": 2, "chat_turns": 100, "rsync_messages": 200}
@@ -131,7 +131,8 @@ def growth_points(store: Any, work: str, p: dict[str, Any]) -> list[dict[str, An
                  "patch": patch, "begin_turn": begin, "floor_append": append,
                  "floor_rename": Floor(floor_dir, [doc, doc[:-1] + b" "]),
                  "floor_protocol": protocol}
-        res = measure(calls, min_reps=5, max_reps=p["reps"], budget=p["budget"], setup=setup)
+        res = measure(calls, min_reps=5, max_reps=p["reps"], budget=p["budget"], setup=setup,
+                      warmup=5)
         append.close()
         protocol.close()
         row = {"messages": n, "document_bytes": len(doc), "results": res,
