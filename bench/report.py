@@ -247,6 +247,13 @@ def commit(d: dict[str, Any]) -> str:
                      x(ra["fsdurable_cold_vs_floor"]), x(ra["sqlite_vs_floor"])])
     out = table(["session", "bytes / messages", *names, "fsdurable / floor_encoded",
                  "fsdurable / floor", "cold / floor", "sqlite / floor"], rows)
+    docs = [r["bytes"] for r in d["rows"]]
+    if max(docs) < 4096 and len(docs) > 1:
+        out += ("\n\n`bytes` is what one checkpoint writes. A session's history lives in "
+                "write-once segment files (docs/storage.md), so a checkpoint that adds no "
+                f"message writes a document of {min(docs):,}-{max(docs):,} bytes whatever the "
+                "session's size: the rows measure one operation at four sizes of history, the "
+                "same one `bench.growth`'s small checkpoint measures against the rename floor.")
     parts = [r for r in d["rows"] if "part_encode" in r["results"]]
     if parts:
         out += ("\n\nWhere fsdurable's time over the floor goes (medians, same run): the commit "
