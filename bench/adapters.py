@@ -56,6 +56,7 @@ import shutil
 import sys
 from typing import Any
 
+from ._floor import put
 from ._harness import (
     REPO,
     cache_dir,
@@ -167,21 +168,6 @@ def _floors(base: str, item: bytes, root: str, sid: str, loop: Any) -> dict[str,
         b'"node_id":"n","prev":"' + b"0" * 40 + b'","prev_sha256":"' + b"0" * 64 + \
         b'","items":[' + item + b"]}\n"
     n = [0]
-
-    def put(directory: str, name: str, data: bytes) -> None:
-        tmp = os.path.join(directory, "~" + name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, os.path.join(directory, name))
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
 
     def rename_floor() -> None:
         n[0] += 1

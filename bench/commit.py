@@ -40,7 +40,8 @@ and each process's third write after a 50 ms pause (``*_after_pause``): the disk
 first write is paid by any write after a pause (an agent's checkpoints are seconds apart), not
 only by a fresh process's first. And the least a commit path imported on first use costs
 (``floor_lazy``: a fourth process in the same state whose first write imports the floor's steps,
-one module that takes a ``flock`` and so imports ``fcntl``, against its second), with the import
+one module that takes a ``flock`` and so imports ``fcntl``: bench/_floor.py's ``locked_put``,
+against its second), with the import
 machinery alone timed beside it: as many empty modules as fsdurable's own that the first
 checkpoint imports, imported one by one in that process.
 The peers get the bytes ready-made (their serialization is not counted): a ring of 16 encodings
@@ -57,6 +58,7 @@ import shutil
 import sqlite3
 from typing import Any
 
+from ._floor import put
 from ._harness import cache_dir, environment, log, measure, ratio, script_main, write_result
 
 FULL = {"sizes": [1 << 10, 64 << 10, 1 << 20, 10 << 20], "reps": {1 << 10: 300, 64 << 10: 300,
@@ -104,12 +106,11 @@ def checkpoint_ring(s: Any, k: int = 16) -> list[bytes]:
 
 
 class Floor:
-    """Temp file + fsync + rename + directory fsync, with nothing else."""
+    """Temp file + fsync + rename + directory fsync, with nothing else (bench/_floor.py)."""
 
     def __init__(self, directory: str, ring: list[bytes]) -> None:
         self.dir = directory
         self.path = os.path.join(directory, "floor.json")
-        self.tmp = os.path.join(directory, "~floor.json.tmp")
         self.ring = ring
         self.i = 0
 
@@ -119,18 +120,7 @@ class Floor:
 
     def write(self, data: bytes) -> None:
         """The floor's steps: temp, fsync, rename, directory fsync."""
-        fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(self.tmp, self.path)
-        dfd = os.open(self.dir, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        put(self.dir, "floor.json", data)
 
 
 class FloorEncoded(Floor):
@@ -355,31 +345,22 @@ if pre:
 print(t1 - t0, t2 - t1, imp, pl, ",".join(new) or "-", t4 - t3)
 """
 
-# the floor's steps (Floor.write) in a fresh process in the same state as _CHILD's before its
-# first checkpoint: first write, second, third after a pause
+# the floor's steps (bench/_floor.py, copied beside the child as floor_commit.py: the clean venv
+# has no bench) in a fresh process in the same state as _CHILD's before its first checkpoint,
+# imported before it writes: first write, second, third after a pause
 _FLOOR_CHILD = """
-import os, sys, time
+import sys, time
 import fsdurable
 st = fsdurable.Store(sys.argv[1])
 s = st.load("first")
 with open(st.layout.session("first"), "rb") as f:
     data = f.read()
 d = sys.argv[2]
-path, tmp = os.path.join(d, "floor.json"), os.path.join(d, "~floor.json.tmp")
+sys.path.insert(0, sys.argv[3])
+import floor_commit
 def write():
     t = time.perf_counter()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(d, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    floor_commit.put(d, "floor.json", data)
     return time.perf_counter() - t
 a = write()
 b = write()
@@ -389,34 +370,9 @@ print(a, b, c)
 """
 
 # The floor with its code imported when first used, as the startup rule (DESIGN.md "Layers")
-# requires of a commit path: one module of the floor's steps under a ``flock`` (which needs
-# ``fcntl``), imported by the first write; then ``sys.argv[4]`` empty modules of a package, each
-# imported on its own: what the import machinery alone costs per module in this interpreter.
-_FLOOR_LAZY_MODULE = """
-import fcntl, os
-lock = None
-def write(d, data):
-    global lock
-    if lock is None:
-        lock = os.open(os.path.join(d, "floor.lock"), os.O_RDWR | os.O_CREAT, 0o600)
-    path, tmp = os.path.join(d, "floor.json"), os.path.join(d, "~floor.json.tmp")
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        dfd = os.open(d, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    finally:
-        fcntl.flock(lock, fcntl.LOCK_UN)
-"""
+# requires of a commit path: the same module, imported by the first write, which takes a
+# ``flock`` (``locked_put``); then ``sys.argv[4]`` empty modules of a package, each imported on
+# its own: what the import machinery alone costs per module in this interpreter.
 _FLOOR_LAZY_CHILD = """
 import importlib, sys, time
 import fsdurable
@@ -428,10 +384,10 @@ d = sys.argv[2]
 sys.path.insert(0, sys.argv[3])
 t = time.perf_counter()
 import floor_commit
-floor_commit.write(d, data)
+floor_commit.locked_put(d, "floor.json", data)
 a = time.perf_counter() - t
 t = time.perf_counter()
-floor_commit.write(d, data)
+floor_commit.locked_put(d, "floor.json", data)
 b = time.perf_counter() - t
 t = time.perf_counter()
 for i in range(int(sys.argv[4])):
@@ -473,9 +429,10 @@ def first_commit(work: str, rounds: int) -> dict[str, Any]:
     lazy_dir, code_dir = os.path.join(work, "first-lazy"), os.path.join(work, "first-lazy-code")
     os.makedirs(os.path.join(code_dir, "floor_empty"), exist_ok=True)
     os.makedirs(lazy_dir, exist_ok=True)
-    with open(os.path.join(code_dir, "floor_commit.py"), "w", encoding="utf-8") as f:
-        f.write(_FLOOR_LAZY_MODULE)
+    shutil.copyfile(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_floor.py"),
+                    os.path.join(code_dir, "floor_commit.py"))
     lazy: list[list[float]] = [[], [], []]  # the lazy floor's first, second, the empty modules
+    n_own = 0  # fsdurable's own modules the first checkpoint imports (the warm-up round says)
     firsts, warms, pre_firsts, imports, portalocker = [], [], [], [], []
     paused: list[float] = []
     floors: list[list[float]] = [[], [], []]  # the floor's first, second, after a pause
@@ -498,19 +455,19 @@ def first_commit(work: str, rounds: int) -> dict[str, Any]:
                 pre_firsts.append(first)
                 imports.append(imp)
                 portalocker.append(pl)
-        out = subprocess.run([python, "-c", _FLOOR_CHILD, root, floor_dir], env=env,
+        out = subprocess.run([python, "-c", _FLOOR_CHILD, root, floor_dir, code_dir], env=env,
                              cwd=work, capture_output=True, text=True, timeout=120,
                              check=True).stdout.split()
         if i:
             for acc, v in zip(floors, out, strict=True):
                 acc.append(float(v))
-        own = [m for m in modules.split(",") if m.startswith("fsdurable.")]
         if i == 0:  # the package of as many empty modules as the first checkpoint imports
-            for k in range(len(own)):
+            n_own = sum(m.startswith("fsdurable.") for m in modules.split(","))
+            for k in range(n_own):
                 open(os.path.join(code_dir, "floor_empty", f"m{k}.py"), "w").close()
             open(os.path.join(code_dir, "floor_empty", "__init__.py"), "w").close()
         out = subprocess.run([python, "-c", _FLOOR_LAZY_CHILD, root, lazy_dir, code_dir,
-                              str(len(own))], env=env, cwd=work, capture_output=True,
+                              str(n_own)], env=env, cwd=work, capture_output=True,
                              text=True, timeout=120, check=True).stdout.split()
         if i:
             for acc, v in zip(lazy, out, strict=True):
@@ -520,7 +477,6 @@ def first_commit(work: str, rounds: int) -> dict[str, Any]:
     r_pre = med(pre_firsts) / med(warms)
     f1, f2, f3 = (med(v) for v in floors)
     l1, l2, empty = (med(v) for v in lazy)
-    n_own = sum(m.startswith("fsdurable.") for m in modules.split(","))
     log(f"  first commit of a fresh process {med(firsts) * 1e3:.2f}ms, warm "
         f"{med(warms) * 1e3:.2f}ms ({r:.1f}x); its imports ({modules or 'none'}) "
         f"{med(imports) * 1e3:.2f}ms, then the first commit {med(pre_firsts) * 1e3:.2f}ms "
