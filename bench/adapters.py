@@ -34,7 +34,7 @@ call sent to storage (``write_bytes`` of ``/proc/self/io``, whole pages) and pas
 ``write`` (``wchar``), per call. Since format 6 the popped-and-added item stays in the
 document's inline tail, so those calls write the document alone; ``fsdurable_growing`` is a
 session that only grows (nothing popped), whose calls include, amortised, the segment written
-each time the inline tail passes its bound (``Config.inline_tail_bytes``). Four floors beside
+each time the inline tail passes its bound (``Config.inline_tail_bytes``). Five floors beside
 them, stdlib only, the same bytes: ``floor_document`` is what the format must do at least (the
 document with the item, written to a new temp file, fsynced, renamed, its directory fsynced: two
 fsyncs), called directly; ``floor_document_hop`` the same write through the hop both sessions
@@ -42,9 +42,13 @@ make, ``loop.run_until_complete(asyncio.to_thread(...))`` (an ``async`` ``add_it
 disk work in a worker thread: the event loop wakes the thread and is woken back), so
 ``floor_document_hop_vs_sqlite_N`` is the least any ``add_items`` writing that document by
 rename can be against ``SQLiteSession``, and ``fsdurable_N_vs_floor_document_hop`` what
-fsdurable adds to it; ``floor_rename`` what format 5 did (the segment, then the document, the
-same way: four fsyncs), and ``floor_append`` one append + fdatasync of the item to a file that
-exists (what a database log such as SQLite's WAL does).
+fsdurable adds to it; ``floor_protocol_hop`` the design's protocol done bare through the same hop
+(``FloorProtocol`` of bench/commit.py, the same document: the commit lock's ``flock`` and
+release, the young file's compare-and-swap read, the marker's ``lstat``, an exclusive temp of a
+random name, the ``fstat`` after the rename; no Python logic), so that between it and
+``fsdurable_N`` is the Python that drives those steps; ``floor_rename`` what format 5 did (the
+segment, then the document, the same way: four fsyncs), and ``floor_append`` one append +
+fdatasync of the item to a file that exists (what a database log such as SQLite's WAL does).
 """
 
 from __future__ import annotations
@@ -68,6 +72,7 @@ from ._harness import (
     script_main,
     write_result,
 )
+from .commit import FloorProtocol
 
 CONTENDERS = {
     "interpreter": ("pass", None),
@@ -155,7 +160,7 @@ def io_counters() -> dict[str, int]:
 
 
 def _floors(base: str, item: bytes, root: str, sid: str, loop: Any) -> dict[str, Any]:
-    """The four floors (module doc), with the sizes of fsdurable's own segment and document;
+    """The five floors (module doc), with the sizes of fsdurable's own segment and document;
     ``loop``: the event loop both sessions' calls run on."""
     import asyncio
 
@@ -187,8 +192,16 @@ def _floors(base: str, item: bytes, root: str, sid: str, loop: Any) -> dict[str,
     def document_floor_hop() -> None:
         loop.run_until_complete(asyncio.to_thread(document_floor))
 
+    proto_dir = os.path.join(base, "floor", "p")
+    os.makedirs(proto_dir)
+    proto = FloorProtocol(proto_dir, [doc + item])
+
+    def protocol_floor_hop() -> None:
+        loop.run_until_complete(asyncio.to_thread(proto.write, doc + item))
+
     return {"floor_document": document_floor, "floor_document_hop": document_floor_hop,
-            "floor_rename": rename_floor, "floor_append": append_floor}
+            "floor_protocol_hop": protocol_floor_hop, "floor_rename": rename_floor,
+            "floor_append": append_floor}
 
 
 def add_items(quick: bool, work: str) -> dict[str, Any]:
@@ -259,7 +272,8 @@ def add_items(quick: bool, work: str) -> dict[str, Any]:
                                                           res[f"fsdurable_{sizes[0]}"])
     ratios["fsdurable_growing_vs_sqlite_" + str(sizes[-1])] = ratio(
         res["fsdurable_growing"], res[f"sqlite_{sizes[-1]}"])
-    for who in ("floor_document", "floor_document_hop", "floor_rename", "floor_append"):
+    for who in ("floor_document", "floor_document_hop", "floor_protocol_hop", "floor_rename",
+                "floor_append"):
         ratios[f"fsdurable_{sizes[-1]}_vs_{who}"] = ratio(res[f"fsdurable_{sizes[-1]}"], res[who])
         ratios[f"{who}_vs_sqlite_{sizes[-1]}"] = ratio(res[who], res[f"sqlite_{sizes[-1]}"])
     ratios[f"fsdurable_{sizes[0]}_vs_floor_document_hop"] = ratio(res[f"fsdurable_{sizes[0]}"],
@@ -298,6 +312,8 @@ def section(d: dict[str, Any]) -> str:
             ("floor_document", "floor: the document by rename (2 fsyncs)"),
             ("floor_document_hop", "floor: the document by rename, through the thread hop "
                                    "(`asyncio.to_thread`) both sessions make"),
+            ("floor_protocol_hop", "floor: the protocol done bare (lock, compare-and-swap, "
+                                   "marker check, the document by rename), through the hop"),
             ("floor_rename", "floor: segment + document by rename (4 fsyncs)"),
             ("floor_append", "floor: one append + fdatasync")) if k in a["results"]]
         for k, label in labels:

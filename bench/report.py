@@ -748,7 +748,12 @@ def notes(data: dict[str, Any]) -> str:
             f"it spends {fmt_time(fs - hop)}: the JSON copy of the item, the commit lock, the "
             "compare-and-swap (while the file is younger than 2 s its first bytes are read "
             "again), the lane's encoding and the document's, the marker check (an `lstat`) "
-            "and the atomic writer's own steps.")
+            "and the atomic writer's own steps."
+            + (f" Those steps done bare through the same hop, with no Python logic "
+               f"(`floor_protocol_hop`) took {fmt_time(r['floor_protocol_hop']['median'])}, "
+               f"{x(r['floor_protocol_hop']['median'] / sq)} SQLite's: fsdurable is "
+               f"{x(fs / r['floor_protocol_hop']['median'])} that, and that part is the "
+               "Python that drives the steps." if "floor_protocol_hop" in r else ""))
     me = data.get("memory")
     if me:
         for key, t in me["targets"].items():
