@@ -299,6 +299,9 @@ def appended(ctx: Context, sid: str, s: Session, base: Chain | None, tail: tuple
     no inline tail (storage.md, "The inline tail")."""
     h = _lazy()[1]
     Chain, HistoryRef = h.Chain, h.HistoryRef
+    if base is not None and base.ref.start > base.ref.count:
+        base.check_start()  # a summary naming a range that is not there: the values appended
+        # would be invisible (never silently short); HistoryUnavailable, nothing written
     count = base.ref.count if base is not None else 0
     old = base.ref.inline if base is not None else ()
     inline = old + h.encode_values(sid, count, tail, lane)

@@ -150,7 +150,7 @@ class Chain:
             new._low, new._next = self._low, self._next
         return new
 
-    def _check_start(self) -> None:
+    def check_start(self) -> None:
         if self.ref.start > self.ref.count:  # a summary naming a range that is not there
             raise HistoryUnavailable(
                 f"session {self.sid}: its summary replaces {self.ref.start} messages of a "
@@ -158,7 +158,7 @@ class Chain:
 
     def read_down_to(self, index: int) -> None:
         """Read segments until index ``index`` (absolute, in the chain) is held."""
-        self._check_start()
+        self.check_start()
         with self._mu:
             while self._low > index:
                 self._read_one()
@@ -205,7 +205,7 @@ class Chain:
         """Value ``index`` (absolute, in the chain), reading segments as needed."""
         seg = self.ref.segmented
         if index >= seg:
-            self._check_start()
+            self.check_start()
             return self.inline_values()[index - seg]
         self.read_down_to(index)
         with self._mu:
@@ -217,7 +217,7 @@ class Chain:
     def messages(self, lo: int) -> tuple[Any, ...]:
         """Values ``lo`` .. ``count - 1`` of the chain (read as needed)."""
         seg = self.ref.segmented
-        self._check_start()
+        self.check_start()
         inl = self.inline_values()
         if lo >= seg:
             return inl[lo - seg:]
@@ -248,9 +248,16 @@ class History(Sequence[_T]):
 
     @property
     def stored(self) -> int:
-        """How many of the messages are in the chain (the rest is the tail)."""
-        return max(0, self.chain.ref.count - self.chain.ref.start) if self.chain is not None \
-            else 0
+        """How many of the messages are in the chain (the rest is the tail). HistoryUnavailable
+        (``history_short``) if its summary names more than the chain holds: never a history
+        shorter than its document says, not even an empty one (``len``, truth, indexing)."""
+        chain = self.chain
+        if chain is None:
+            return 0
+        ref = chain.ref
+        if ref.start > ref.count:
+            chain.check_start()
+        return ref.count - ref.start
 
     def __len__(self) -> int:
         return self.stored + len(self.tail)
@@ -343,7 +350,10 @@ class History(Sequence[_T]):
         return NotImplemented
 
     def __repr__(self) -> str:
-        return f"History({len(self)} messages, {self.stored} stored)"
+        try:
+            return f"History({len(self)} messages, {self.stored} stored)"
+        except HistoryUnavailable as e:  # a repr never raises: it says why
+            return f"History(unreadable: {e.reason}, {len(self.tail)} not stored)"
 
 
 def extend(seq: Sequence[_T], more: Sequence[_T]) -> Sequence[_T]:

@@ -23,7 +23,13 @@ import attrs
 from . import _events as ev
 from . import _fsio, _repair
 from ._codec import parse_marker, parse_session
-from ._errors import InvalidState, SessionNotFound, TurnStateError, UnreadableState
+from ._errors import (
+    HistoryUnavailable,
+    InvalidState,
+    SessionNotFound,
+    TurnStateError,
+    UnreadableState,
+)
 from ._layout import validate_session_id
 from ._model import Marker, Session
 from ._names import NameKind, classify
@@ -81,7 +87,8 @@ class Version:
             return (f"marker at session version {self.version}, turn {self.turn_id}, "
                     f"node {self.node_id}, checkpoint {when}")
         state = f"in progress (turn {self.turn_id})" if self.in_progress else "idle"
-        return f"version {self.version}, {state}, {self.messages} messages, updated {when}"
+        count = "history unreadable" if self.messages is None else f"{self.messages} messages"
+        return f"version {self.version}, {state}, {count}, updated {when}"
 
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self, filter=lambda a, v: a.name not in ("session", "marker", "stat"))
@@ -116,9 +123,13 @@ def read_version(store: Store, path: str, session_id: str, kind: str = SESSION, 
                              max_bytes=store.config.max_file_bytes)
     except UnreadableState as e:
         return attrs.evolve(base, error=e.reason or "unreadable")
+    try:
+        n: int | None = len(s.messages)
+    except HistoryUnavailable:  # a summary naming more than its chain holds: shown, not counted
+        n = None
     return attrs.evolve(base, version=s.version, updated_at=s.updated_at,
                         in_progress=s.in_progress, turn_id=s.turn.id if s.turn else None,
-                        messages=len(s.messages), session=s)
+                        messages=n, session=s)
 
 
 def versions(store: Store, session_id: str, kind: str = SESSION) -> list[Version]:

@@ -157,6 +157,46 @@ def test_a_summary_naming_more_than_the_history_holds_is_unreadable(root: Path) 
     with pytest.raises(HistoryUnavailable) as info:
         tuple(s.messages)
     assert info.value.reason == "history_short"
+    # never silently short: not as an empty history either (its length, truth, last message)
+    for read in (len, bool, lambda m: m[-1], lambda m: m[0:1], reversed):
+        with pytest.raises(HistoryUnavailable) as info:
+            list(read(s.messages)) if read is reversed else read(s.messages)  # type: ignore[operator]
+        assert info.value.reason == "history_short"
+    assert "unreadable: history_short" in repr(s.messages)
+    # shown, not counted, wherever a count was printed: `show` and a sync copy's description
+    from fsdurable._sync import read_version
+    from fsdurable.cli import main
+
+    v = read_version(_store(root), str(path), "c")
+    assert v.error is None and v.messages is None and "history unreadable" in v.describe()
+    assert main(["--root", str(root), "show", "c"]) == 0
+
+
+def test_messages_are_not_appended_to_a_history_that_is_short(root: Path) -> None:
+    """A message committed on top of a summary that names a range that is not there would be
+    invisible (the history's length stays that of nothing): the commit refuses it, writing
+    nothing; a commit that adds no message (a checkpoint, a patch of the metadata) still works,
+    as for a history waiting for sync."""
+    store = _store(root)
+    _chat(store, "c", 1)
+    path = root / "sessions" / "c.json"
+    d = json.loads(path.read_bytes())
+    d["history"]["start"] = 5
+    path.write_bytes(json.dumps(d).encode())
+    store = _store(root)
+    files = sorted(p.name for p in root.rglob("*") if p.is_file())
+    raw = path.read_bytes()
+    with pytest.raises(HistoryUnavailable) as info:
+        store.begin_turn("c", "hello")
+    assert info.value.reason == "history_short"
+    s = store.load("c")
+    with pytest.raises(HistoryUnavailable):
+        store.save(attrs.evolve(s, messages=s.messages + (Message("user", "x"),)))  # noqa: RUF005
+    assert path.read_bytes() == raw
+    assert sorted(p.name for p in root.rglob("*") if p.is_file()) == files
+    s = store.patch("c", lambda cur: attrs.evolve(cur, metadata={"k": 1}))
+    assert s.metadata == {"k": 1}
+    assert json.loads(path.read_bytes())["history"]["start"] == 5
 
 
 def test_a_head_whose_name_is_not_its_digest_is_corrupt(root: Path) -> None:

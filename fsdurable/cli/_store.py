@@ -102,8 +102,9 @@ def _show(args: argparse.Namespace) -> Result:
     if s.turn:
         state = (f"turn {s.turn.id} in progress: phase {s.turn.phase}, "
                  f"attempts {s.turn.resume_attempts}")
+    count = "history unreadable" if "history_error" in d else f"{len(s.messages)} messages"
     lines = [f"session {s.id}  version {s.version}  source {s.source}  route {s.route_key}",
-             state, f"{len(s.messages)} messages"]
+             state, count]
     if "langgraph" in s.metadata:
         from .._errors import UnreadableState
         from .._lgstore import Threads, describe
@@ -126,7 +127,7 @@ def _show(args: argparse.Namespace) -> Result:
     adapter = _adapter(st, s)
     if adapter is not None:
         d["adapter"] = adapter
-        lines[lines.index(f"{len(s.messages)} messages")] = _adapter_line(adapter)
+        lines[lines.index(count)] = _adapter_line(adapter)
         if adapter.get("last"):
             lines += [f"  {m['kind']:>9}: {m['text'][:100]}" for m in adapter["last"]]
     return 0, d, "\n".join(lines)
