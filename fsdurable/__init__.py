@@ -20,6 +20,7 @@ _EXPORTS = {
     "ConflictError": "._errors",
     "DurabilityUnknown": "._errors",
     "FsDurableError": "._errors",
+    "HistoryUnavailable": "._errors",
     "HostError": "._errors",
     "InvalidRoot": "._errors",
     "InvalidSessionId": "._errors",
@@ -94,6 +95,7 @@ if TYPE_CHECKING:  # explicit re-exports (`X as X`): mypy --strict users see the
     from ._errors import ConflictError as ConflictError
     from ._errors import DurabilityUnknown as DurabilityUnknown
     from ._errors import FsDurableError as FsDurableError
+    from ._errors import HistoryUnavailable as HistoryUnavailable
     from ._errors import HostError as HostError
     from ._errors import InvalidRoot as InvalidRoot
     from ._errors import InvalidSessionId as InvalidSessionId

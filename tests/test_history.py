@@ -199,6 +199,13 @@ def test_messages_are_not_appended_to_a_history_that_is_short(root: Path) -> Non
     assert json.loads(path.read_bytes())["history"]["start"] == 5
 
 
+def test_history_unavailable_is_public() -> None:
+    """README and docs/storage.md tell a user to catch it: it is importable from the package."""
+    assert fsdurable.HistoryUnavailable is HistoryUnavailable
+    assert "HistoryUnavailable" in fsdurable.__all__
+    assert issubclass(HistoryUnavailable, (fsdurable.FsDurableError, LookupError))
+
+
 def test_a_head_whose_name_is_not_its_digest_is_corrupt(root: Path) -> None:
     store = _store(root)
     _chat(store, "c", 1)
