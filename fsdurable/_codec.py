@@ -117,6 +117,19 @@ def _session_5_to_6(d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
+@migration("session", 6)
+def _session_6_to_7(d: dict[str, Any]) -> dict[str, Any]:
+    """Session v7 may say that the oldest values of its history's archive were removed by the
+    retention rule (``kept``: the chain is stored from that index; storage.md, "Compaction and
+    its archive"). A v6 document says none were, and is a v7 document as it is; the bump is for
+    the other direction: a fsdurable that knows no ``kept`` would take the removed archive for
+    segments not arrived yet (and its next commit would drop the field) — it meets v7 as "needs
+    a newer fsdurable" and never writes it."""
+    d = dict(d)
+    d["format"] = "fsdurable.session/7"
+    return d
+
+
 # ---------------------------------------------------------------- session (cattrs + orjson)
 
 _converter: Any = None

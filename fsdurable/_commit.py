@@ -306,18 +306,19 @@ def appended(ctx: Context, sid: str, s: Session, base: Chain | None, tail: tuple
     old = base.ref.inline if base is not None else ()
     inline = old + h.encode_values(sid, count, tail, lane)
     start = base.ref.start if base is not None else 0
+    kept = base.ref.kept if base is not None else 0  # the archive retention removed stays so
     cfg = ctx.config
     seg: tuple[str, bytes] | None = None
     if len(inline) <= cfg.inline_tail_values and h.inline_size(inline) <= cfg.inline_tail_bytes:
         ref = HistoryRef(count=count + len(tail), start=start, inline=inline,
                          head=base.ref.head if base is not None else None,
-                         sha256=base.ref.sha256 if base is not None else None)
+                         sha256=base.ref.sha256 if base is not None else None, kept=kept)
     else:
         name, sha, data = h.encode_segment(sid, count - len(old),
                                          base.ref if base is not None else None,
                                          (s.turn.node_id if s.turn is not None else None)
                                          or ctx.node(), (), lane, encoded=inline)
-        ref = HistoryRef(count=count + len(tail), head=name, sha256=sha, start=start)
+        ref = HistoryRef(count=count + len(tail), head=name, sha256=sha, start=start, kept=kept)
         seg = (name, data)
     chain = (base.derived(ref, tail, segment=seg is not None) if base is not None else
              Chain.started(sid, ctx.layout.history_dir(sid), ref, tail, cfg.max_file_bytes,

@@ -88,6 +88,16 @@ class Config(Record):
     # Longer only keeps a crash's leftovers on disk a little longer.
     segment_grace: float = HOUR
 
+    # Default None (kept for ever): the messages a compaction summary replaced stay readable as
+    # its archive (`Store.archive`) until a retention rule removes them, and nothing a user wrote
+    # is removed unless they asked. Set (seconds), `doctor --repair` releases the oldest
+    # archived segments written longer ago than this (the document records where its history
+    # is kept from, with an archive_pruned event), and this node's released segments then go
+    # as unreferenced ones, each with a segment_removed event: without it a long-lived,
+    # often-compacted session keeps every word of its past on disk (and in every synced copy)
+    # for ever.
+    archive_retention: float | None = None
+
     # Default 4 KiB (about a page): a chain's newest values (the messages, each lane) are kept
     # inline in the session document up to this many bytes of JSON (docs/storage.md, "The inline
     # tail"), then written as one segment. Without it every commit that adds a message writes a
@@ -112,6 +122,9 @@ class Config(Record):
     def _check(self) -> None:
         if self.stale_after <= 0:
             raise ValueError(f"stale_after must be > 0, got {self.stale_after!r}")
+        if self.archive_retention is not None and self.archive_retention <= 0:
+            raise ValueError(f"archive_retention must be > 0 or None, got "
+                             f"{self.archive_retention!r}")
         if self.event_retention <= 0:
             raise ValueError(f"event_retention must be > 0, got {self.event_retention!r}")
         if self.inline_tail_bytes < 0 or self.inline_tail_values < 0:

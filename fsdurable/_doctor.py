@@ -325,8 +325,10 @@ class _Scan:
         return self.findings
 
     def history(self, parsed: dict[str, Session | None]) -> None:
-        """Each session's history reads whole (docs/storage.md); unreferenced segments."""
-        from ._segments import WOULD_REMOVE, history_sessions, repair_history
+        """Each session's history reads whole, its archive included (docs/storage.md); the
+        archive's retention; unreferenced segments."""
+        from ._history import History
+        from ._segments import WOULD_REMOVE, history_sessions, prune_archive, repair_history
 
         for n, (sid, s) in enumerate(parsed.items(), 1):
             self.progress("history", n, len(parsed))
@@ -335,6 +337,16 @@ class _Scan:
             try:
                 for seq in (s.messages, *s.lanes.values()):
                     tuple(seq)  # every segment of each chain read and verified
+                if isinstance(s.messages, History) and s.messages.chain is not None:
+                    s.messages.chain.archive()  # and what a compaction replaced, still kept
+                act = prune_archive(self.store, sid, dry_run=True)
+                if act is not None:
+                    self.add("archive_expired", act.path,
+                             f"{act.detail} of the compaction archive, written longer ago "
+                             "than Config.archive_retention", severity=INFO, session_id=sid,
+                             repair="release them (archive_pruned event); this node's are then "
+                             "removed (segment_removed events)",
+                             fix=lambda sid=sid: prune_archive(self.store, sid))
             except HistoryUnavailable as e:
                 waiting = e.reason == "waiting_for_sync"
                 self.add("history_waiting" if waiting else "history_unreadable",

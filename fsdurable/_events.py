@@ -66,6 +66,7 @@ CLOCK_STEP = "clock_step"  # a checkpoint time from the future: never used to ju
 SEGMENT_REMOVED = "segment_removed"  # the repair gate removed an unreferenced history segment
 HISTORY_UNREADABLE = "history_unreadable"  # doctor --repair met a history that does not read
 EVENTS_PRUNED = "events_pruned"  # retention removed day files of this node's log
+ARCHIVE_PRUNED = "archive_pruned"  # retention released a session's oldest archived segments
 LOG_DAMAGED = "event_log_damaged"  # only in a reader's answer: part of the log could not be read
 REVIEW_ANSWERED = "review_answered"  # a human said whether a parked call ran (fsdurable review)
 REVIEW_RERUN = "review_rerun"  # a call answered "did not run" was run again, attended, same key

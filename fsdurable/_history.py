@@ -131,7 +131,8 @@ class Chain:
 
             new = self._like(attrs.evolve(self.ref, count=count,
                                           inline=self.ref.inline[: count - seg],
-                                          start=min(self.ref.start, count)))
+                                          start=min(self.ref.start, count),
+                                          kept=min(self.ref.kept, count)))
             self._copy_segments(new)
             with self._mu:
                 if self._inl is not None:
@@ -143,7 +144,8 @@ class Chain:
             first = self._firsts[k]
             new = self._like(HistoryRef(count=count, head=self._names[k],
                                         sha256=self._shas[k],
-                                        start=min(self.ref.start, count)))
+                                        start=min(self.ref.start, count),
+                                        kept=min(self.ref.kept, count)))
             new._segs = [self._segs[k][: count - first], *self._segs[k + 1:]]
             new._firsts, new._names, new._shas = self._firsts[k:], self._names[k:], \
                 self._shas[k:]
@@ -226,9 +228,36 @@ class Chain:
             out = [m for part in reversed(self._segs) for m in part]
             return tuple(out[lo - self._low:]) + inl
 
+    def check_kept(self) -> None:
+        """``kept`` (where the stored chain begins, format 7) within the archive: at most
+        ``start``, else HistoryUnavailable (``history_short``) — never a chain read as if it
+        began later than its summary's range (the segments below would look unreferenced)."""
+        self.check_start()
+        if self.ref.kept > self.ref.start:
+            raise HistoryUnavailable(
+                f"session {self.sid}: its history is said to be kept from value "
+                f"{self.ref.kept}, past its summary's {self.ref.start}", session_id=self.sid,
+                reason="history_short")
+
+    def archive(self) -> tuple[Any, ...]:
+        """The values a compaction summary replaced that are still kept: ``kept .. start - 1``
+        (read and verified as any read)."""
+        self.check_kept()
+        ref = self.ref
+        return self.messages(ref.kept)[: ref.start - ref.kept] if ref.start > ref.kept else ()
+
+    def segments(self) -> list[tuple[int, str]]:
+        """(first index, name) of each segment of the stored chain, newest first (reads it
+        whole from ``kept``, as ``segment_names``)."""
+        self.segment_names()
+        with self._mu:
+            return list(zip(self._firsts, self._names, strict=True))
+
     def segment_names(self) -> list[str]:
-        """Every segment name of the chain, newest first (reads the whole chain)."""
-        self.read_down_to(0)
+        """Every segment name of the stored chain (from ``kept``), newest first (reads it
+        whole, the archive included)."""
+        self.check_kept()
+        self.read_down_to(self.ref.kept)
         with self._mu:
             return list(self._names)
 

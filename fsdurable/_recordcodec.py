@@ -20,12 +20,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-SESSION_FORMAT = "fsdurable.session/6"
+SESSION_FORMAT = "fsdurable.session/7"
 SEGMENT_FORMAT = "fsdurable.segment/1"
 MARKER_FORMAT = "fsdurable.marker/1"
 EVENT_FORMAT = "fsdurable.event/1"
 MANIFEST_FORMAT = "fsdurable/1"
-CURRENT = {"session": 6, "segment": 1, "marker": 1, "event": 1}
+CURRENT = {"session": 7, "segment": 1, "marker": 1, "event": 1}
 
 # (kind, from_version) -> function turning that version's dict into the next version's dict.
 MIGRATIONS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}

@@ -34,13 +34,15 @@ class HistoryRef:
     ``len(inline)`` of them in the document itself (``inline``: each one's JSON bytes, format 6)
     and the ones before in the segments whose newest is ``head`` (SHA-256 ``sha256``; both None
     when there is none yet). The session's messages are ``start .. count - 1`` (a compaction
-    summary replaces the ``start`` before them)."""
+    summary replaces the ``start`` before them: its archive); ``kept``: the chain is stored from
+    that index (format 7: the archive before it was removed by the retention rule)."""
 
     count: int
     head: str | None
     sha256: str | None
     start: int = 0
     inline: tuple[bytes, ...] = ()
+    kept: int = 0
 
     @property
     def segmented(self) -> int:
@@ -57,6 +59,8 @@ class HistoryRef:
         if self.inline:
             d["inline"] = [orjson.Fragment(b) if fragments else orjson.loads(b)
                            for b in self.inline]
+        if self.kept:
+            d["kept"] = self.kept
         return d
 
 
@@ -89,9 +93,12 @@ def ref_from_dict(d: object, *, path: str | None, lane: str | None = None) -> Hi
     # (HistoryUnavailable), never by a read of the document alone
     # (format 6) the inline tail: a list of values, at most count of them; head and sha256
     # both null when every value is inline (a null head with fewer values inline than count is
-    # a chain that ends short: history_short when read)
-    raw = d.get("inline")
-    if (not isinstance(count, int) or isinstance(count, bool) or not 0 < count < _INT63
+    # a chain that ends short: history_short when read); (format 7) ``kept``, where the
+    # stored chain begins (the archive before it removed by retention): at most ``start``,
+    # judged when the archive or the whole chain is read
+    raw, kept = d.get("inline"), d.get("kept", 0)
+    if (not isinstance(kept, int) or isinstance(kept, bool) or not 0 <= kept < _INT63
+            or not isinstance(count, int) or isinstance(count, bool) or not 0 < count < _INT63
             or not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < _INT63
             or not isinstance(raw, (list, type(None))) or len(raw or ()) > count
             or (head is None) != (sha is None)
@@ -110,7 +117,7 @@ def ref_from_dict(d: object, *, path: str | None, lane: str | None = None) -> Hi
         except TypeError as e:  # an integer past 64 bits (a strict re-read keeps it)
             raise UnreadableState(f"history's inline values out of range: {e}"[:300],
                                   path=path, reason="wrong_value") from e
-    return HistoryRef(count=count, head=head, sha256=sha, start=start, inline=inline)
+    return HistoryRef(count=count, head=head, sha256=sha, start=start, inline=inline, kept=kept)
 
 
 def encode_values(sid: str, first: int, values: Sequence[Any], lane: str | None = None

@@ -14,6 +14,10 @@ under the session's commit lock, with a ``segment_removed`` event, and only if
 
 Temp files of a segment write that died (``~<name>.<random>.tmp``) go by the same rules of age.
 A dry run (``doctor`` without ``--repair``) only says what would go.
+
+The archive's retention (``prune_archive``, ``Config.archive_retention``) removes nothing
+itself: it commits the document saying where its chain is kept from (``kept``), which makes the
+oldest archived segments unreferenced; they then go by the rules above.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from ._store import Store
 
 REMOVED = "removed_segment"
 WOULD_REMOVE = "would_remove_segment"
+RELEASED = "released_archive"
+WOULD_RELEASE = "would_release_archive"
 _HEAD = 4096  # a segment's node_id sits in its first bytes (format, session_id, first, node_id)
 
 
@@ -138,6 +144,54 @@ def repair_history(store: Store, sid: str, *, dry_run: bool = False) -> list[Act
     return out
 
 
+def prune_archive(store: Store, sid: str, *, dry_run: bool = False) -> Act | None:
+    """Apply ``Config.archive_retention`` to session ``sid`` (storage.md, "Compaction and its
+    archive"): release the oldest segments that hold archived values only (before the summary's
+    ``start``) and were written longer ago than the retention — the document, committed through
+    the commit function, says its chain is kept from the first value after them (``kept``),
+    with an ``archive_pruned`` event; they are then unreferenced (``repair_history`` removes
+    this node's). None: nothing to release — no retention set, a turn in progress (never a
+    commit under a running turn), or a chain that does not read (left as it is: doctor reports
+    it). ``dry_run``: say what would be released."""
+    from ._commit import evolve
+    from ._errors import SessionNotFound, UnreadableState
+
+    retention = store.config.archive_retention
+    if retention is None:
+        return None
+    with store.commit_lock(sid):
+        try:
+            s = store.load(sid)
+        except (SessionNotFound, UnreadableState):
+            return None
+        chain = s.messages.chain if isinstance(s.messages, History) else None
+        if chain is None or s.in_progress or chain.ref.start <= chain.ref.kept:
+            return None
+        ref = chain.ref
+        try:
+            segs = chain.segments()
+        except HistoryUnavailable:
+            return None
+        now, kept, released = store.clock(), ref.kept, 0
+        for i in range(len(segs) - 1, -1, -1):  # the oldest first
+            end = segs[i - 1][0] if i else ref.segmented  # where the next values begin
+            st = _fsio.lstat(os.path.join(store.layout.history_dir(sid), segs[i][1]))
+            if end > ref.start or st is None or now - st.st_mtime < retention:
+                break  # holds a value after the summary's range, or is not old enough
+            kept, released = end, released + 1
+        if not released:
+            return None
+        path = store.layout.session(sid)
+        detail = f"{released} segment(s), values {ref.kept}..{kept - 1}"
+        if dry_run:
+            return Act(WOULD_RELEASE, path, sid, reason="archive_retention", detail=detail)
+        store._commit_locked(evolve(s, messages=History(chain.derived(evolve(ref, kept=kept)))),
+                             s.version)
+        store.emit(ev.ARCHIVE_PRUNED, session_id=sid, kept_from=ref.kept, kept=kept,
+                   segments=released, retention=retention)
+    return Act(RELEASED, path, sid, reason="archive_retention", detail=detail)
+
+
 def history_sessions(store: Store) -> list[str]:
     """The session ids that have a history directory (one listing of ``history/``)."""
     from ._layout import own_id
@@ -149,4 +203,5 @@ def history_sessions(store: Store) -> list[str]:
     return sorted(n for n in names if own_id(n + ".json") is not None)
 
 
-__all__ = ["REMOVED", "WOULD_REMOVE", "history_sessions", "referenced", "repair_history"]
+__all__ = ["RELEASED", "REMOVED", "WOULD_RELEASE", "WOULD_REMOVE", "history_sessions",
+           "prune_archive", "referenced", "repair_history"]

@@ -249,15 +249,17 @@ class Store:
 
     def archive(self, session_id: str) -> tuple[Message, ...]:
         """The messages a compaction summary replaced (docs/storage.md): the first ``start``
-        messages of the session's history chain, kept until retention removes them. Reads the
-        history; HistoryUnavailable if a segment is missing or does not match."""
+        messages of the session's history chain, those the retention rule
+        (``Config.archive_retention``) removed excepted. Reads the history;
+        HistoryUnavailable if a segment is missing or does not match."""
         from ._history import History
 
         s = self.load(session_id)
         msgs = s.messages
-        if not isinstance(msgs, History) or msgs.chain is None or not msgs.chain.ref.start:
+        if not isinstance(msgs, History) or msgs.chain is None:
             return ()
-        return msgs.chain.messages(0)[: msgs.chain.ref.start]
+        out: tuple[Message, ...] = msgs.chain.archive()
+        return out
 
     def _read(self, sid: str) -> Session | None:
         from ._codec import parse_session

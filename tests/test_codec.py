@@ -270,13 +270,17 @@ SESSION_MUTATIONS = [
     ("history.start", -1, "wrong_value"),
     ("history.head", "../x.json", "wrong_value"),
     ("history.sha256", "0" * 63, "wrong_value"),
-    # (a start past the chain, a head whose name is not its digest: judged when the history is
-    # read, test_history.py)
+    ("history.kept", -1, "wrong_value"),
+    ("history.kept", True, "wrong_value"),
+    ("history.kept", "3", "wrong_value"),
+    ("history.kept", 1 << 63, "wrong_value"),
+    # (a start past the chain, a head whose name is not its digest, a kept past the start:
+    # judged when the history is read, test_history.py, test_archive_retention.py)
     ("summary", 3, "wrong_type"),
     ("metadata", [], "wrong_type"),
     ("metadata", None, "wrong_type"),
     ("metadata", "x", "wrong_type"),
-    ("format", "fsdurable.session/7", "unknown_version"),
+    ("format", "fsdurable.session/8", "unknown_version"),
     ("format", "fsdurable.session/99", "unknown_version"),
     ("format", "fsdurable.session/0", "unknown_version"),  # older than any migration
     ("format", "fsdurable.marker/1", "wrong_kind"),
@@ -531,7 +535,7 @@ FIELD_NAMES = sorted({
     "node_id", "started_at", "checkpoint_at", "resume_attempts", "at", "code", "reason", "detail",
     "store_id", "created", "updated", "commit_id"})
 TAGS = ["fsdurable.session/1", "fsdurable.session/2", "fsdurable.session/3",
-        "fsdurable.session/4", "fsdurable.session/5", "fsdurable.session/6",
+        "fsdurable.session/4", "fsdurable.session/5", "fsdurable.session/6", "fsdurable.session/7",
         "fsdurable.segment/1",
         "fsdurable.marker/1", "fsdurable.event/1",
         "fsdurable/1"]
@@ -624,7 +628,7 @@ def test_v1_session_loads_through_the_store_and_is_rewritten(root: Path) -> None
     assert s.messages == EXPECTED_V1_MESSAGES
     assert s.metadata["tags"] == ["travel", "work"]
     raw = json.loads(path.read_bytes())
-    assert raw["format"] == "fsdurable.session/6"
+    assert raw["format"] == "fsdurable.session/7"
     assert "created" not in raw and "updated" not in raw and "messages" not in raw
     # the messages went to the document's inline tail (format 6: within the bound, no segment)
     assert not (root / "history" / V1_ID).exists()
@@ -705,7 +709,7 @@ def test_v2_in_progress_session_loads_and_keeps_its_owner_node_and_route(root: P
     assert s.version == 5 and len(s.commit_id) == 16
     assert s.turn is not None and s.turn.node_id == "node-b" and s.turn.route_key == "chat:42"
     raw = json.loads((root / "sessions" / f"{V2_ID}.json").read_bytes())
-    assert raw["format"] == "fsdurable.session/6" and raw["commit_id"] == s.commit_id
+    assert raw["format"] == "fsdurable.session/7" and raw["commit_id"] == s.commit_id
     assert raw["turn"]["node_id"] == "node-b" and raw["turn"]["route_key"] == "chat:42"
     [m] = store.interrupted()
     assert m.node_id == "node-b" and m.route_key == "chat:42"  # never moved to this node
@@ -754,7 +758,7 @@ def test_a_broken_v1_file_is_quarantined_not_half_migrated(root: Path) -> None:
     assert [e.code for e in store.events(V1_ID)] == ["session_quarantined"]
 
 
-@pytest.mark.parametrize("fmt", ["fsdurable.session/7", "fsdurable.marker/1"])
+@pytest.mark.parametrize("fmt", ["fsdurable.session/8", "fsdurable.marker/1"])
 def test_store_quarantines_unknown_version_and_wrong_kind(root: Path, fmt: str) -> None:
     store = _fixed_store(root)
     d = session_dict()
@@ -762,9 +766,9 @@ def test_store_quarantines_unknown_version_and_wrong_kind(root: Path, fmt: str) 
     (root / "sessions" / "s9.json").write_bytes(dumps(d))
     with pytest.raises(UnreadableState) as info:
         store.load("s9")
-    assert info.value.reason == ("unknown_version" if "/7" in fmt else "wrong_kind")
+    assert info.value.reason == ("unknown_version" if "/8" in fmt else "wrong_kind")
     act = _repair.repair_session(store, "s9")
-    if "/7" in fmt:  # a newer fsdurable's file: never moved, reported
+    if "/8" in fmt:  # a newer fsdurable's file: never moved, reported
         assert act.action == "needs_newer" and store.events("s9") == []
         return
     [ev] = store.events("s9")

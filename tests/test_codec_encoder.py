@@ -148,4 +148,4 @@ def test_a_plain_session_never_builds_the_converter(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(_codec, "_conv", refuse)
     s = Session(id="s", version=1, metadata={"a": [1, {"b": None}]})
-    assert encode_session(s, None).startswith(b'{"format":"fsdurable.session/6","id":"s",')
+    assert encode_session(s, None).startswith(b'{"format":"fsdurable.session/7","id":"s",')

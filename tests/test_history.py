@@ -304,7 +304,7 @@ def test_format_3_migrates_through_the_repair_gate_with_an_event(root: Path) -> 
     assert path.read_bytes() == json.dumps(doc).encode()
     assert _repair.repair_session(store, "old").action == "migrated"
     raw = json.loads(path.read_bytes())
-    assert raw["format"] == "fsdurable.session/6" and "messages" not in raw
+    assert raw["format"] == "fsdurable.session/7" and "messages" not in raw
     [seg] = _segments(root, "old")
     assert raw["history"]["head"] == seg.name
     assert [m.content for m in _store(root).load("old").messages] == ["hi", "hello"]

@@ -296,7 +296,7 @@ def test_a_format_5_store_is_read_as_it_is_and_migrated_with_its_event(root: Pat
     for i in range(3):
         _add(old, "c", _msg(i))
     path = root / "sessions" / "c.json"
-    v5 = path.read_bytes().replace(b"fsdurable.session/6", b"fsdurable.session/5")
+    v5 = path.read_bytes().replace(b"fsdurable.session/7", b"fsdurable.session/5")
     path.write_bytes(v5)
     s, migrated = parse_session(v5, path=str(path))
     assert migrated and tuple(s.messages) == tuple(_msg(i) for i in range(3))
@@ -304,7 +304,7 @@ def test_a_format_5_store_is_read_as_it_is_and_migrated_with_its_event(root: Pat
     assert store.load("c").version == s.version and path.read_bytes() == v5  # a read writes nothing
     act = _repair.migrate_session(store, "c")
     assert act.acted
-    assert _doc(root, "c")["format"] == "fsdurable.session/6"
+    assert _doc(root, "c")["format"] == "fsdurable.session/7"
     assert [e.code for e in store.events("c")][-1] == "session_migrated"
     assert tuple(store.load("c").messages) == tuple(_msg(i) for i in range(3))
     segs = _segments(root, "c")

@@ -316,8 +316,8 @@ def test_format_5_for_lanes_a_format_4_document_is_migrated_by_the_gate(tmp_path
     st.create("c1")
     st.patch("c1", lambda s: s)
     path = tmp_path / "s" / "sessions" / "c1.json"
-    assert json.loads(path.read_bytes())["format"] == "fsdurable.session/6"
-    old = path.read_bytes().replace(b"fsdurable.session/6", b"fsdurable.session/4")
+    assert json.loads(path.read_bytes())["format"] == "fsdurable.session/7"
+    old = path.read_bytes().replace(b"fsdurable.session/7", b"fsdurable.session/4")
     path.write_bytes(old)
     s, migrated = parse_session(old, path=str(path))
     assert migrated and s.id == "c1"
@@ -325,7 +325,7 @@ def test_format_5_for_lanes_a_format_4_document_is_migrated_by_the_gate(tmp_path
     assert path.read_bytes() == old
     act = _repair.migrate_session(st, "c1")
     assert act.acted
-    assert json.loads(path.read_bytes())["format"] == "fsdurable.session/6"
+    assert json.loads(path.read_bytes())["format"] == "fsdurable.session/7"
     assert [e.code for e in st.events("c1")][-1] == "session_migrated"
     with pytest.raises(fsdurable.UnreadableState) as e:  # what a format-4 fsdurable would say
         import fsdurable._recordcodec as rc

@@ -82,7 +82,8 @@ def test_only_the_current_session_format_validates() -> None:
     good = json.loads(_codec.encode_session(Session(id="s", version=1)))
     assert VALIDATORS["session"].is_valid(good)
     for fmt in ("fsdurable.session/1", "fsdurable.session/2", "fsdurable.session/3",
-                "fsdurable.session/4", "fsdurable.session/5", "fsdurable.session/7",
+                "fsdurable.session/4", "fsdurable.session/5", "fsdurable.session/6",
+                "fsdurable.session/8",
                 "fsdurable.marker/1"):
         assert not VALIDATORS["session"].is_valid({**good, "format": fmt})
 

@@ -29,7 +29,7 @@ T = 1_800_000_000.0  # a fixed instant; the check's clock is set near it
 
 def _session(sid: str, **over: Any) -> dict[str, Any]:
     d: dict[str, Any] = {
-        "format": "fsdurable.session/6", "id": sid, "version": 3, "commit_id": "c0ffee",
+        "format": "fsdurable.session/7", "id": sid, "version": 3, "commit_id": "c0ffee",
         "created_at": T, "updated_at": T, "source": "api", "route_key": f"session:{sid}",
         "in_progress": False, "turn": None, "history": None, "summary": None, "metadata": {},
     }
