@@ -332,12 +332,15 @@ def write_segment(ctx: Context, sid: str, name: str, data: bytes) -> None:
     directory = ctx.layout.history_dir(sid)
     durable = ctx.config.fsync
     try:
-        if _fsio.lstat(directory) is None:
+        # a symlink (or a file) in place of history/ or history/<id>/ is never written through
+        if not _fsio.own_dirs(ctx.layout.history, directory):
             _fsio.makedirs(directory, durable=durable)
         _fsio.write_atomic(os.path.join(directory, name), data, durable=durable)
-    except DurabilityUnknown as e:  # in place, not proven durable: nothing may name it yet
+    except (DurabilityUnknown, UnreadableState) as e:  # not written, or not proven durable:
+        # nothing may name it yet
         raise StorageError(f"session {sid!r} was not committed: {e.message}", path=e.path,
-                           session_id=sid, reason=e.reason, errno=e.errno) from e
+                           session_id=sid, reason=e.reason,
+                           errno=getattr(e, "errno", None)) from e
 
 
 def marker_due(ctx: Context, sid: str, s: Session, owner: str | None

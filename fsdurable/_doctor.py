@@ -3,7 +3,9 @@
 Checks: the marker <=> in-progress biconditional both ways, that every session and marker parses
 in the current format (and so validates against ``schemas/``), sync-tool conflict copies, leftover
 temp files, symlinks, foreign files, permissions and the contents of ``quarantine/``;
-each session's history, and each LangGraph thread's files against its document (``_doctorlg``).
+each session's history (a symlink or a file in place of ``history/`` or ``history/<id>/``:
+``history_not_a_directory``, never followed), and each LangGraph thread's files against its
+document (``_doctorlg``).
 It also checks the event log (a day file over the size cap, a symlinked node directory: events
 that would vanish silently). Each repair goes through the repair gate (``_repair``: the exact
 file judged, never another node's file or a newer format, the replacement first) and is an event;
@@ -328,7 +330,21 @@ class _Scan:
         """Each session's history reads whole, its archive included (docs/storage.md); the
         archive's retention; unreferenced segments."""
         from ._history import History
-        from ._segments import WOULD_REMOVE, history_sessions, prune_archive, repair_history
+        from ._segments import (
+            WOULD_REMOVE,
+            history_sessions,
+            prune_archive,
+            refused_dirs,
+            repair_history,
+        )
+
+        for a in refused_dirs(self.store):  # never followed: reported, left for a human
+            st = _fsio.lstat(a.path)
+            kind = "a symlink" if st is not None and stat.S_ISLNK(st.st_mode) else "a file"
+            self.add("history_not_a_directory", a.path, f"{kind} in place of a history "
+                     "directory, never followed: no segment is written, read, listed or removed "
+                     "through it (a session whose history it held is history_unreadable); put "
+                     "the real directory in its place", session_id=a.session_id)
 
         for n, (sid, s) in enumerate(parsed.items(), 1):
             self.progress("history", n, len(parsed))
@@ -358,6 +374,8 @@ class _Scan:
                                     path=e.path)
         for sid in history_sessions(self.store):
             acts = repair_history(self.store, sid, dry_run=True)
+            if any(a.reason == "not_a_directory" for a in acts):
+                continue  # reported above
             gone = [a for a in acts if a.action == WOULD_REMOVE]
             if gone:
                 self.add("orphan_segments", self.store.layout.history_dir(sid),

@@ -81,7 +81,9 @@ class HistoryUnavailable(FsDurableError, LookupError):
     """A session's history cannot be read (its document can): ``reason`` ``waiting_for_sync``
     (a segment not on disk yet — a sync tool may deliver it; never corrupt), ``history_corrupt``
     (a segment that does not match the digest naming it), ``history_short`` (the chain ends
-    before what the document names) or ``needs_newer``. The document is never moved for it."""
+    before what the document names), ``not_a_directory`` (a symlink or a file in place of
+    ``history/`` or ``history/<id>/``: never read through) or ``needs_newer``. The document is
+    never moved for it."""
 
 
 class InvalidState(FsDurableError, ValueError):

@@ -162,8 +162,20 @@ class Chain:
         """Read segments until index ``index`` (absolute, in the chain) is held."""
         self.check_start()
         with self._mu:
+            if self._low > index and self.dir is not None:
+                self._own_dirs(self.dir)  # once per read, not per segment
             while self._low > index:
                 self._read_one()
+
+    def _own_dirs(self, directory: str) -> None:
+        """``history/`` and ``history/<id>/`` themselves: a symlink (or a file) in place of
+        either is never read through (storage.md): HistoryUnavailable (``not_a_directory``),
+        nothing moved."""
+        try:
+            _fsio.own_dirs(os.path.dirname(directory), directory)
+        except UnreadableState as e:
+            raise HistoryUnavailable(f"session {self.sid}: {e.message}", path=e.path,
+                                     session_id=self.sid, reason="not_a_directory") from e
 
     def _read_one(self) -> None:
         if self._next is None:

@@ -13,6 +13,8 @@ under the session's commit lock, with a ``segment_removed`` event, and only if
 - it is older than ``Config.segment_grace``.
 
 Temp files of a segment write that died (``~<name>.<random>.tmp``) go by the same rules of age.
+Nothing is listed or removed through a symlink (or a file) in place of ``history/`` or
+``history/<id>/``: it is reported (``refused_dirs``, doctor's ``history_not_a_directory``).
 A dry run (``doctor`` without ``--repair``) only says what would go.
 
 The archive's retention (``prune_archive``, ``Config.archive_retention``) removes nothing
@@ -27,7 +29,7 @@ import re
 
 from . import _events as ev
 from . import _fsio
-from ._errors import FsDurableError, HistoryUnavailable, StorageError
+from ._errors import FsDurableError, HistoryUnavailable, StorageError, UnreadableState
 from ._history import NAME_RE, History
 from ._names import NameKind, classify
 from ._repair import NOTHING, WAITING, Act, judge_session
@@ -94,15 +96,23 @@ def _writer(path: str) -> str | None:
 def repair_history(store: Store, sid: str, *, dry_run: bool = False) -> list[Act]:
     """Remove (``dry_run``: say) the unreferenced segments of session ``sid`` that this node
     wrote and that are older than ``Config.segment_grace``; one ``segment_removed`` event per
-    segment removed. Another node's are reported ``waiting_for_sync``."""
+    segment removed. Another node's are reported ``waiting_for_sync``. A symlink or a file in
+    place of ``history/`` or ``history/<sid>/`` is one act of nothing (reason
+    ``not_a_directory``): nothing is listed or removed through it."""
     directory = store.layout.history_dir(sid)
+    refused = _refused(store, sid)
+    if refused is not None:  # a symlink or a file in its place: never listed or removed through
+        return [refused]
     if _fsio.lstat(directory) is None:
         return []
     out: list[Act] = []
     with store.commit_lock(sid):
+        refused = _refused(store, sid)  # again, under the lock
+        if refused is not None:
+            return [refused]
         try:
-            names = _fsio.list_names(directory)
-        except (OSError, StorageError):
+            names = _fsio.list_names(directory, follow=False)
+        except (OSError, StorageError, UnreadableState):
             return []
         if not names:
             return []
@@ -139,7 +149,7 @@ def repair_history(store: Store, sid: str, *, dry_run: bool = False) -> list[Act
             store.emit(ev.SEGMENT_REMOVED, session_id=sid, reason="unreferenced",
                        segment=name, temp=is_temp)
             out.append(Act(REMOVED, path, sid, reason="unreferenced"))
-        if not dry_run and not _fsio.list_names(directory):
+        if not dry_run and not _fsio.list_names(directory, follow=False):
             _fsio.rmdir(directory, durable=store.config.fsync)
     return out
 
@@ -192,16 +202,44 @@ def prune_archive(store: Store, sid: str, *, dry_run: bool = False) -> Act | Non
     return Act(RELEASED, path, sid, reason="archive_retention", detail=detail)
 
 
+def _refused(store: Store, sid: str) -> Act | None:
+    """An act of nothing (reason ``not_a_directory``) if a symlink or a file is in place of
+    ``history/`` or ``history/<sid>/``: the gate never lists or removes through it; None if
+    both are directories or missing."""
+    try:
+        _fsio.own_dirs(store.layout.history, store.layout.history_dir(sid))
+    except UnreadableState as e:
+        return Act(NOTHING, e.path or store.layout.history_dir(sid), sid,
+                   reason="not_a_directory", detail=e.message)
+    except (OSError, StorageError):
+        return None  # the disk refused the lstat: the listing below says nothing either
+    return None
+
+
+def refused_dirs(store: Store) -> list[Act]:
+    """``history/`` or any ``history/<id>`` that is a symlink or a file where a directory of
+    the store belongs (doctor's ``history_not_a_directory``): never followed."""
+    try:
+        _fsio.own_dirs(store.layout.history)
+    except UnreadableState as e:
+        return [Act(NOTHING, e.path or store.layout.history, None, reason="not_a_directory",
+                    detail=e.message)]
+    except (OSError, StorageError):
+        return []
+    return [a for a in map(lambda sid: _refused(store, sid), history_sessions(store))
+            if a is not None]
+
+
 def history_sessions(store: Store) -> list[str]:
     """The session ids that have a history directory (one listing of ``history/``)."""
     from ._layout import own_id
 
     try:
-        names = _fsio.list_names(store.layout.history)
-    except (OSError, StorageError):
+        names = _fsio.list_names(store.layout.history, follow=False)
+    except (OSError, StorageError, UnreadableState):  # a symlink: refused_dirs reports it
         return []
     return sorted(n for n in names if own_id(n + ".json") is not None)
 
 
 __all__ = ["RELEASED", "REMOVED", "WOULD_RELEASE", "WOULD_REMOVE", "history_sessions",
-           "prune_archive", "referenced", "repair_history"]
+           "prune_archive", "referenced", "refused_dirs", "repair_history"]

@@ -9,8 +9,9 @@ Four modules, one concept each:
 
 - ``_base``: the recorder, the typed translation of the disk's refusals (``storage_errors``),
   the open flags and file modes;
-- ``_read``: bounded reads, streamed lines, ``lstat``, listings (never through a symlink, never
-  blocking) and whether the filesystem keeps modes (``holds_modes``, ``MODES_HELD``);
+- ``_read``: bounded reads, streamed lines, ``lstat``, listings, the store's own directories
+  (``own_dirs``; never through a symlink, never blocking) and whether the filesystem keeps
+  modes (``holds_modes``, ``MODES_HELD``);
 - ``_write``: appends, renames, links, unlinks, directories and modes, with the fsyncs that
   make them durable and the Windows sharing-violation retry;
 - ``_atomic``: the atomic replace, ``write_atomic`` (its durability contract is there), on
@@ -35,6 +36,7 @@ from ._read import (
     iter_lines,
     list_names,
     lstat,
+    own_dirs,
     read_bounded,
     read_head,
     read_prefix,
@@ -88,6 +90,6 @@ def __getattr__(name: str) -> Any:
 
 __all__ = ["DIR_MODE", "FILE_MODE", "append_at", "append_line", "chmod", "fsync_dir",
            "fsync_file", "holds_modes", "is_dir", "iter_lines", "link", "list_names", "lstat",
-           "makedirs", "open_lock", "read_bounded", "read_head", "read_prefix", "read_span",
-           "rename", "rmdir", "set_recorder", "storage_errors", "unlink", "write_atomic",
-           "write_new"]
+           "makedirs", "open_lock", "own_dirs", "read_bounded", "read_head", "read_prefix",
+           "read_span", "rename", "rmdir", "set_recorder", "storage_errors", "unlink",
+           "write_atomic", "write_new"]

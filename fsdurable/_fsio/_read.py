@@ -191,6 +191,27 @@ def _own_dir(path: str) -> None:
                               reason="symlink" if link else "not_a_directory")
 
 
+def own_dirs(*paths: str) -> bool:
+    """Are the directories ``paths`` (each inside the one before it: ``history/``, then
+    ``history/<id>/``) all there, each a directory itself? False at the first one missing;
+    UnreadableState (reason ``not_a_directory``, as a symlinked ``sessions/`` at open) if a
+    symlink or a file is in place of one: never followed, so nothing under it is read, written,
+    listed or removed. One ``lstat`` each (StorageError if the disk refuses it)."""
+    for path in paths:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return False
+        except OSError as e:
+            raise_typed(e, path, "stat")
+            raise
+        if not stat.S_ISDIR(st.st_mode):
+            what = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a directory"
+            raise UnreadableState(f"{path} is {what}, where a directory of the store belongs: "
+                                  "never followed", path=path, reason="not_a_directory")
+    return True
+
+
 def list_names(path: str, *, follow: bool = True) -> list[str]:
     """One listing of a directory (``os.scandir``); [] if it does not exist. StorageError if the
     disk refuses it (a directory at mode 0000: EACCES; a file in its place: ENOTDIR).
