@@ -23,6 +23,7 @@ from ._lgruns import DRIVER, UNATTENDED, ToolLedger, final_reply, through
 from ._model import Marker, Session
 from ._recovery import RecoveryReport
 from ._recovery import recover as _recover
+from ._resume import read_history
 from ._turns import TurnRun
 
 if TYPE_CHECKING:
@@ -81,6 +82,13 @@ class GraphHost:
             if name in getattr(bound, "tools_by_name", {}):
                 return ledger.rerun_safe(name, self.saver.store)
         return False
+
+    def history_ready(self, session: Session) -> None:
+        """What resuming the run reads, read before its attempt is spent: the thread's log up
+        to its head (``UnreadableState`` reason ``log_short`` while a sync tool has not
+        delivered it: the resume waits, ``waiting_for_sync``), and the session's history."""
+        read_history(session)
+        self.saver.threads.head(session)
 
     def _cfg(self, tid: str) -> Any:
         return {**self.config, "configurable": {**self.config.get("configurable", {}),

@@ -12,8 +12,11 @@
    turn that finished or moved on meanwhile supersedes the recovery; one whose attempt count
    moved since the listing was claimed elsewhere (``busy``); an in-doubt call that cannot be
    re-run safely (not idempotent, or it needs approval, or it is deny-listed unattended) parks
-   the turn for review; otherwise the incremented attempt count is COMMITTED before the model
-   is called, then the host continues the turn, unattended.
+   the turn for review; a history the resume reads that is not on disk yet (a sync tool
+   delivered the document before its segments, or a LangGraph thread's log) puts the resume off
+   without spending an attempt (``waiting_for_sync``, marker kept); otherwise the incremented
+   attempt count is COMMITTED before the model is called, then the host continues the turn,
+   unattended.
 
 Every decision is an event. A resume that fails below the cap keeps the marker for the next start;
 at the cap the turn is abandoned. This module lists, plans and reports; claiming and resuming one
@@ -28,7 +31,7 @@ from typing import Any
 import attrs
 
 from . import _repair
-from ._errors import FsDurableError, SessionNotFound, UnreadableState
+from ._errors import FsDurableError, HistoryUnavailable, SessionNotFound, UnreadableState
 from ._gates import NOT_CLAIMED, VERDICTS, RecoveryPolicy, driven_by, plan, verdict
 from ._model import Marker, in_doubt
 from ._resume import (
@@ -37,10 +40,13 @@ from ._resume import (
     Outcome,
     aresume_one,
     bad_marker,
+    history_ready,
     host_driver,
     host_rerun_safe,
     policy_of,
+    read_history,
     resume_one,
+    waiting_cause,
 )
 from ._store import Store
 
@@ -102,6 +108,17 @@ def _plan(store: Store, m: Marker, pol: RecoveryPolicy, loop: Host | None,
     if outcome == "would_resume" and s is not None and \
             any(loop is None or not host_rerun_safe(loop, store, e.name) for e in in_doubt(s)):
         return attrs.evolve(base, outcome="would_review", reason="in_doubt")
+    if outcome == "would_resume" and s is not None:  # as the real claim: the history it reads
+        try:
+            if loop is None:
+                read_history(s)
+            else:
+                history_ready(loop, s)
+        except (HistoryUnavailable, UnreadableState) as e:
+            cause = waiting_cause(e)
+            if cause is not None:
+                return attrs.evolve(base, outcome="waiting_for_sync", reason=cause,
+                                    error=f"{type(e).__name__}: {e}")
     return base
 
 

@@ -5,9 +5,11 @@ marker that passed the listing's gates, and what ``fsdurable adopt`` does for on
 the turn's ORIGINAL route lock (tried once by ``recover``: a held route is ``busy``), re-read the
 marker and the session and gate them again on what is on disk now (superseded, orphan,
 unreadable -> the repair gate; stale or exhausted -> abandoned, in-doubt calls to the review
-queue first); an in-doubt call a repeat could duplicate parks the turn for review; otherwise the
-incremented attempt count is COMMITTED before the host is called, and the host continues the turn
-unattended. ``Host`` is what recovery needs of a driver; ``Outcome`` what it decided and did.
+queue first); an in-doubt call a repeat could duplicate parks the turn for review; a history the
+resume needs that is not on disk yet (a sync tool delivered the document first) puts the resume
+off — no attempt spent, the marker kept (``waiting_for_sync``); otherwise the incremented attempt
+count is COMMITTED before the host is called, and the host continues the turn unattended.
+``Host`` is what recovery needs of a driver; ``Outcome`` what it decided and did.
 """
 
 from __future__ import annotations
@@ -18,7 +20,14 @@ import attrs
 
 from . import _events as ev
 from . import _repair
-from ._errors import FsDurableError, HostError, LockTimeout, SessionNotFound, UnreadableState
+from ._errors import (
+    FsDurableError,
+    HistoryUnavailable,
+    HostError,
+    LockTimeout,
+    SessionNotFound,
+    UnreadableState,
+)
 from ._gates import NOT_CLAIMED, RecoveryPolicy, judged, verdict
 from ._layout import new_id
 from ._model import Marker, Message, Session, extended, in_doubt, unanswered_calls
@@ -36,7 +45,11 @@ class Host(Protocol):
     unknown, treated as external) so an in-doubt call is re-run only when a repeat is a no-op.
     Optional: ``rerun_safe(name) -> bool`` (else: ``idempotent`` and not deny-listed) — a call
     that needed approval may have run and cannot be approved unattended, so it is parked;
-    ``aresume_claimed(session)`` (or an ``async def resume_claimed``) for ``arecover``.
+    ``aresume_claimed(session)`` (or an ``async def resume_claimed``) for ``arecover``;
+    ``history_ready(session)``: read what resuming ``session`` reads and raise if it is not on
+    disk yet — ``HistoryUnavailable`` (reason ``waiting_for_sync``) or ``UnreadableState``
+    (reason ``log_short``) — called under the route lock BEFORE the attempt is committed
+    (default: ``read_history``, the messages and every lane, whole).
     """
 
     def tool_effect(self, name: str) -> str | None: ...
@@ -53,7 +66,9 @@ class Outcome:
     was listed), left (``resume=False``: would resume, left for the host), error (the disk
     refused a write; the marker stays for the next start), and from the repair gate for a bad
     marker (verdict ``unreadable``): waiting_for_sync (another node's, or ahead of its
-    session), needs_newer (a newer fsdurable's format: left in place), quarantined.
+    session), needs_newer (a newer fsdurable's format: left in place), quarantined; and
+    waiting_for_sync for a turn whose history the resume needs is not on disk yet (reason
+    ``history_missing``, or ``log_short`` for a LangGraph thread's log): no attempt spent.
     A dry run says what a real run would do: would_resume, would_abandon, would_repair,
     would_supersede, would_review, would_leave, would_rebuild_marker, would_quarantine, ... —
     or the same kept / listed / waiting_for_sync / needs_newer a real run would report."""
@@ -284,8 +299,20 @@ def _claim(store: Store, loop: Host, marker: Marker, pol: RecoveryPolicy, adopt:
     if not resume:
         return attrs.evolve(base, outcome="left", reason="no_loop")
     doubtful = [e for e in in_doubt(s) if not host_rerun_safe(loop, store, e.name)]
-    if doubtful:
-        return _park(store, s, doubtful, base)
+    try:
+        if doubtful:  # parking answers the transcript's unanswered calls: it reads its end
+            return _park(store, s, doubtful, base)
+        # the history the resume reads must be on disk BEFORE the attempt is spent: a document
+        # that a sync tool delivered before its segments (or a LangGraph thread's log) is
+        # waiting for sync, never a failed attempt (read at execution time: no gate reads it)
+        history_ready(loop, s)
+    except (HistoryUnavailable, UnreadableState) as e:
+        cause = waiting_cause(e)
+        if cause is None:  # corrupt or short: the resume fails its attempt, as it always did
+            if doubtful:
+                raise
+        else:
+            return _waiting(store, s, base, cause, e)
     attempt = s.turn.resume_attempts + 1
     # the attempt is durable BEFORE the model call: a crash inside the call still counts
     # the claim makes this node the turn's owner (it already is, unless this is an adoption)
@@ -299,6 +326,41 @@ def _claim(store: Store, loop: Host, marker: Marker, pol: RecoveryPolicy, adopt:
                driver=s.turn.driver or host_driver(loop), run_id=s.turn.run_id,
                attempt_id=s.turn.attempt_id)
     return _Claim(s, attempt, attrs.evolve(base, attempts=attempt))
+
+
+def read_history(s: Session) -> None:
+    """Read what a resume of ``s`` reads (``Host.history_ready``'s default): its messages from
+    the summary's start and every lane, whole, each segment verified. The segments read stay in
+    the chains the claimed session shares, so the resume does not read them again."""
+    for values in (s.messages, *s.lanes.values()):
+        tuple(values)
+
+
+def history_ready(host: Host, s: Session) -> None:
+    """Raise if the history resuming ``s`` needs is not readable (the host says what that is)."""
+    check = getattr(host, "history_ready", None)
+    if check is not None:
+        check(s)
+    else:
+        read_history(s)
+
+
+def waiting_cause(e: Exception) -> str | None:
+    """Why ``e`` is a history waiting for sync (None: it is not — corrupt, short, ...)."""
+    if isinstance(e, HistoryUnavailable) and e.reason == "waiting_for_sync":
+        return "history_missing"
+    if isinstance(e, UnreadableState) and e.reason == "log_short":
+        return "log_short"
+    return None
+
+
+def _waiting(store: Store, s: Session, base: Outcome, cause: str, e: Exception) -> Outcome:
+    """The resume is put off until the history arrives: nothing committed, no attempt spent,
+    the marker kept for the next start (the staleness window still bounds the wait)."""
+    err = f"{type(e).__name__}: {e}"
+    store.emit(SKIPPED, session_id=s.id, turn_id=base.turn_id, reason=_repair.WAITING,
+               cause=cause, path=getattr(e, "path", None), error=err)
+    return attrs.evolve(base, outcome=_repair.WAITING, reason=cause, error=err)
 
 
 def _resumed(store: Store, pol: RecoveryPolicy, claim: _Claim, result: Any,
@@ -358,5 +420,6 @@ def _park(store: Store, s: Session, doubtful: list[Any], base: Outcome) -> Outco
     return attrs.evolve(base, outcome="review_required", reason="in_doubt")
 
 
-__all__ = ["SKIPPED", "Host", "Outcome", "aresume_one", "bad_marker", "host_driver",
-           "host_rerun_safe", "policy_of", "resume_one"]
+__all__ = ["SKIPPED", "Host", "Outcome", "aresume_one", "bad_marker", "history_ready",
+           "host_driver", "host_rerun_safe", "policy_of", "read_history", "resume_one",
+           "waiting_cause"]

@@ -301,3 +301,40 @@ def test_a_run_ended_by_an_exception_never_drops_a_call_in_doubt(world: World, d
     assert q["tool"] == "charge" and q["arguments"] == {"amount": 5, "to": "acme"}
     assert len(world.effects_of("charge")) == 1
     assert not st.interrupted() and not st.load(SID).in_progress
+
+
+# 11. ------------------------------------------------------------------------------------
+
+
+def test_a_history_waiting_for_sync_costs_no_attempt(world: World, drv: str,
+                                                     tmp_path: Path) -> None:
+    """A sync tool delivered the run's session document and marker before the history they name
+    (``history/`` segments; a LangGraph thread's ``langgraph/`` log: ``log_short``). That is
+    "waiting for sync", never a failure: more starts than the attempt cap each put the resume
+    off without spending an attempt (outcome ``waiting_for_sync``, marker kept) and the run
+    resumes to its end once the history arrives. (On 6162f66 each start failed an attempt and
+    the third abandoned the run as exhausted.)"""
+    world.config = {"inline_tail_bytes": 0}  # every value in a segment, none inline
+    crashed(world, drv, IDEM, "lookup:after")
+    away = tmp_path / "in-flight"
+    away.mkdir()
+    moved = [d for d in ("history", "langgraph") if (world.root / d).is_dir()]
+    assert moved
+    for d in moved:
+        (world.root / d).rename(away / d)
+    for _ in range(3):
+        [o] = outcomes_for(world.run(drv, "recover", SID, IDEM), SID)
+        assert (o["outcome"], o["attempts"]) == ("waiting_for_sync", 0), o
+        [m] = store(world).interrupted()
+        assert m.resume_attempts == 0
+    assert not events(world, "interrupted_turn_resume_failed")
+    assert [e.reason for e in events(world, "interrupted_turn_skipped")] == \
+        ["waiting_for_sync"] * 3
+    for d in moved:
+        (away / d).rename(world.root / d)
+    [o] = outcomes_for(world.run(drv, "recover", SID, IDEM), SID)
+    assert (o["outcome"], o["status"], o["attempts"]) == ("resumed", "completed", 1), o
+    lookups = world.effects_of("lookup")  # the call the crash cut short: re-run, same key
+    assert 1 <= len(lookups) <= 2 and len({e["key"] for e in lookups}) == 1, lookups
+    assert len(world.effects_of("charge")) == 1
+    assert not store(world).interrupted()
