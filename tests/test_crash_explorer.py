@@ -21,7 +21,7 @@ def test_workload_covers_the_issue(recording: explorer.Recording) -> None:
     assert recording.commits >= 50
     assert recording.sessions >= 5
     assert {"create", "checkpoint", "attempt", "patch", "end_turn", "cancel", "delete",
-            "repair", "sync_conflict", "segment_refused", "compaction",
+            "repair", "sync_conflict", "segment_refused", "compaction", "archive_retention",
             "adapter_items", "inline_tail", "tail_flushed"} <= recording.kinds
     assert recording.inline_docs >= 20 and recording.flushes >= 5, (
         recording.inline_docs, recording.flushes)  # both paths of step 0, often

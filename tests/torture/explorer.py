@@ -25,10 +25,10 @@ from typing import Any
 
 import attrs
 
-from fsdurable import _commit, _fsio, _repair
+from fsdurable import _commit, _fsio, _repair, _segments
 from fsdurable._codec import encode_marker, encode_session, parse_marker, parse_session
 from fsdurable._commit import marker_due
-from fsdurable._config import Config
+from fsdurable._config import DAY, Config
 from fsdurable._errors import (
     ConflictError,
     HistoryUnavailable,
@@ -438,6 +438,14 @@ def _workload(store: Store, rec: Recording, clock: Clock,
     store.patch("s0", lambda cur: attrs.evolve(cur, messages=tuple(
         attrs.evolve(m, content="rewritten") for m in cur.messages)))
     rec.kinds.add("compaction")
+    # the archive's retention: the document says where its chain is kept from (a commit), then
+    # this node's released segments go as unreferenced ones (the repair gate's unlinks); a store
+    # of the same class and node whose clock is a month on, so every segment is old
+    later = type(store)(store.root, node_id=store.node_id, clock=lambda: clock() + 30 * DAY,
+                        config=store.config.replace(archive_retention=DAY))
+    if _segments.prune_archive(later, "s0") is not None:
+        _segments.repair_history(later, "s0")
+        rec.kinds.add("archive_retention")
     _adapter_items(store, rec)
     _sync_replace(store, rec)
     # leave one turn in progress (recovery has something to do) and delete two sessions, one
@@ -536,9 +544,12 @@ def _parse_all(root: str, where: str) -> tuple[dict[str, Session], dict[str, Mar
         except (UnreadableState, OSError) as e:
             bad.append(f"{where}: unreadable file under a final name: sessions/{sid}.json ({e})")
             continue
-        try:  # a document on disk names segments that are on disk, whole
+        try:  # a document on disk names segments that are on disk, whole, its archive too
             for seq in (sessions[sid].messages, *sessions[sid].lanes.values()):
                 tuple(seq)
+            chain = getattr(sessions[sid].messages, "chain", None)
+            if chain is not None:
+                chain.archive()
         except HistoryUnavailable as e:
             bad.append(f"{where}: the history of sessions/{sid}.json does not read: {e}")
     for sid, path in _own_files(root, "markers").items():
