@@ -146,13 +146,19 @@ def test_a_segment_that_does_not_match_its_digest_is_corrupt_never_short(root: P
     assert first.exists() and (root / "sessions" / "c.json").exists()  # left for a human
 
 
-def test_a_summary_naming_more_than_the_history_holds_is_unreadable(root: Path) -> None:
-    store = _store(root)
-    _chat(store, "c", 1)
+def _short(root: Path) -> Path:
+    """Session ``c`` of one turn (2 messages) whose document says a summary replaced 5: a
+    range that is not there. Its path."""
+    _chat(_store(root), "c", 1)
     path = root / "sessions" / "c.json"
     d = json.loads(path.read_bytes())
     d["history"]["start"] = 5
     path.write_bytes(json.dumps(d).encode())
+    return path
+
+
+def test_a_summary_naming_more_than_the_history_holds_is_unreadable(root: Path) -> None:
+    path = _short(root)
     s = _store(root).load("c")  # the document reads
     with pytest.raises(HistoryUnavailable) as info:
         tuple(s.messages)
@@ -177,12 +183,7 @@ def test_messages_are_not_appended_to_a_history_that_is_short(root: Path) -> Non
     invisible (the history's length stays that of nothing): the commit refuses it, writing
     nothing; a commit that adds no message (a checkpoint, a patch of the metadata) still works,
     as for a history waiting for sync."""
-    store = _store(root)
-    _chat(store, "c", 1)
-    path = root / "sessions" / "c.json"
-    d = json.loads(path.read_bytes())
-    d["history"]["start"] = 5
-    path.write_bytes(json.dumps(d).encode())
+    path = _short(root)
     store = _store(root)
     files = sorted(p.name for p in root.rglob("*") if p.is_file())
     raw = path.read_bytes()
