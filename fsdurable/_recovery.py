@@ -31,7 +31,7 @@ from typing import Any
 import attrs
 
 from . import _repair
-from ._errors import FsDurableError, HistoryUnavailable, SessionNotFound, UnreadableState
+from ._errors import FsDurableError, SessionNotFound, UnreadableState
 from ._gates import NOT_CLAIMED, VERDICTS, RecoveryPolicy, driven_by, plan, verdict
 from ._model import Marker, in_doubt
 from ._resume import (
@@ -40,13 +40,11 @@ from ._resume import (
     Outcome,
     aresume_one,
     bad_marker,
-    history_ready,
     host_driver,
     host_rerun_safe,
     policy_of,
-    read_history,
     resume_one,
-    waiting_cause,
+    waiting_for,
 )
 from ._store import Store
 
@@ -109,16 +107,11 @@ def _plan(store: Store, m: Marker, pol: RecoveryPolicy, loop: Host | None,
             any(loop is None or not host_rerun_safe(loop, store, e.name) for e in in_doubt(s)):
         return attrs.evolve(base, outcome="would_review", reason="in_doubt")
     if outcome == "would_resume" and s is not None:  # as the real claim: the history it reads
-        try:
-            if loop is None:
-                read_history(s)
-            else:
-                history_ready(loop, s)
-        except (HistoryUnavailable, UnreadableState) as e:
-            cause = waiting_cause(e)
-            if cause is not None:
-                return attrs.evolve(base, outcome="waiting_for_sync", reason=cause,
-                                    error=f"{type(e).__name__}: {e}")
+        waiting = waiting_for(loop, s)
+        if waiting is not None:
+            cause, err = waiting
+            return attrs.evolve(base, outcome="waiting_for_sync", reason=cause,
+                                error=f"{type(err).__name__}: {err}")
     return base
 
 

@@ -299,20 +299,20 @@ def _claim(store: Store, loop: Host, marker: Marker, pol: RecoveryPolicy, adopt:
     if not resume:
         return attrs.evolve(base, outcome="left", reason="no_loop")
     doubtful = [e for e in in_doubt(s) if not host_rerun_safe(loop, store, e.name)]
-    try:
-        if doubtful:  # parking answers the transcript's unanswered calls: it reads its end
+    if doubtful:  # parking answers the transcript's unanswered calls: it reads its end
+        try:
             return _park(store, s, doubtful, base)
-        # the history the resume reads must be on disk BEFORE the attempt is spent: a document
-        # that a sync tool delivered before its segments (or a LangGraph thread's log) is
-        # waiting for sync, never a failed attempt (read at execution time: no gate reads it)
-        history_ready(loop, s)
-    except (HistoryUnavailable, UnreadableState) as e:
-        cause = waiting_cause(e)
-        if cause is None:  # corrupt or short: the resume fails its attempt, as it always did
-            if doubtful:
+        except (HistoryUnavailable, UnreadableState) as e:
+            cause = waiting_cause(e)
+            if cause is None:
                 raise
-        else:
             return _waiting(store, s, base, cause, e)
+    # the history the resume reads must be on disk BEFORE the attempt is spent: a document
+    # that a sync tool delivered before its segments (or a LangGraph thread's log) is
+    # waiting for sync, never a failed attempt (read at execution time: no gate reads it)
+    waiting = waiting_for(loop, s)
+    if waiting is not None:
+        return _waiting(store, s, base, *waiting)
     attempt = s.turn.resume_attempts + 1
     # the attempt is durable BEFORE the model call: a crash inside the call still counts
     # the claim makes this node the turn's owner (it already is, unless this is an adoption)
@@ -336,13 +336,26 @@ def read_history(s: Session) -> None:
         tuple(values)
 
 
-def history_ready(host: Host, s: Session) -> None:
+def history_ready(host: Host | None, s: Session) -> None:
     """Raise if the history resuming ``s`` needs is not readable (the host says what that is)."""
     check = getattr(host, "history_ready", None)
     if check is not None:
         check(s)
     else:
         read_history(s)
+
+
+def waiting_for(host: Host | None, s: Session) -> tuple[str, Exception] | None:
+    """(why the history resuming ``s`` needs is waiting for sync, the error met), or None: it
+    reads — or it fails another way (corrupt, short, the disk's EIO, a host's own check that
+    raised), which the resume itself then meets and fails its attempt on, as it did before this
+    check: the check only ever puts a resume off, it never stops recovery of the others."""
+    try:
+        history_ready(host, s)
+    except Exception as e:  # the resume meets it again, inside its own guard
+        cause = waiting_cause(e)
+        return None if cause is None else (cause, e)
+    return None
 
 
 def waiting_cause(e: Exception) -> str | None:

@@ -166,3 +166,35 @@ def test_a_stale_turn_waiting_for_its_history_is_still_abandoned(root: Path) -> 
     [o] = recover(late, _loop(late)).outcomes
     assert (o.outcome, o.reason) == ("abandoned", "stale")
     assert not st.interrupted()
+
+
+class _CheckRaises:
+    """A host whose own ``history_ready`` raises something that is not "waiting for sync"."""
+
+    def __init__(self, loop: AgentLoop, error: Exception) -> None:
+        self.loop, self.error = loop, error
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.loop, name)
+
+    def history_ready(self, session: fsdurable.Session) -> None:
+        raise self.error
+
+
+@pytest.mark.parametrize("error", [RuntimeError("the host's own check broke"),
+                                   fsdurable.StorageError("read failed: EIO", reason="EIO")])
+def test_a_check_that_fails_otherwise_never_stops_recovery(root: Path,
+                                                          error: Exception) -> None:
+    """The check only ever puts a resume off: any other error it meets (a host's own check
+    that raised, the disk's EIO) leaves the resume to meet it inside its own guard, as before
+    the check — recovery and its dry run report an outcome, they never raise (one bad turn
+    never stops recovery of the others)."""
+    _interrupted(root)
+    _interrupted(root, "other")
+    st = _store(root)
+    host = _CheckRaises(_loop(st), error)
+    dry = {o.session_id: o.outcome for o in recover(st, host, dry_run=True).outcomes}  # type: ignore[arg-type]
+    assert dry == {"chat": "would_resume", "other": "would_resume"}
+    got = {o.session_id: (o.outcome, o.attempts)
+           for o in recover(st, host).outcomes}  # type: ignore[arg-type]
+    assert got == {"chat": ("resumed", 1), "other": ("resumed", 1)}
