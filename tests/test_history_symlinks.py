@@ -69,6 +69,17 @@ def _link_out(root: Path, where: str, outside: Path) -> Path:
     return outside / "c" if where == "history" else outside
 
 
+def _chat_linked_out(root: Path, tmp_path: Path, where: str
+                     ) -> tuple[fsdurable.Store, Path]:
+    """A store whose session ``c`` has two turns, then ``root/where`` moved out and linked
+    back (``_link_out``); returns the store and the directory the symlink points to."""
+    store = _store(root)
+    _chat(store, "c", 2)
+    outside = tmp_path / "outside"
+    _link_out(root, where, outside)
+    return store, outside
+
+
 def asyncio_run(coro: Any) -> Any:
     return asyncio.run(coro)
 
@@ -84,10 +95,7 @@ def _plant(store: fsdurable.Store, directory: Path) -> Path:
 @pytest.mark.parametrize("where", WHERE)
 def test_a_commit_never_writes_a_segment_through_a_symlink(root: Path, tmp_path: Path,
                                                            where: str) -> None:
-    store = _store(root)
-    _chat(store, "c", 2)
-    outside = tmp_path / "outside"
-    _link_out(root, where, outside)
+    store, outside = _chat_linked_out(root, tmp_path, where)
     before, doc = _tree(outside), (root / "sessions" / "c.json").read_bytes()
     with pytest.raises(StorageError) as info:
         store.begin_turn("c", "one more")
@@ -100,10 +108,7 @@ def test_a_commit_never_writes_a_segment_through_a_symlink(root: Path, tmp_path:
 @pytest.mark.parametrize("where", WHERE)
 def test_a_read_never_reads_a_segment_through_a_symlink(root: Path, tmp_path: Path,
                                                         where: str) -> None:
-    store = _store(root)
-    _chat(store, "c", 2)
-    outside = tmp_path / "outside"
-    _link_out(root, where, outside)
+    _, outside = _chat_linked_out(root, tmp_path, where)
     before, store_before = _tree(outside), _tree(root / "sessions")
     s = _store(root).load("c")  # the document reads: it names the history, holds none of it
     assert len(s.messages) == 4
