@@ -201,7 +201,7 @@ class Dataset:
             cp = empty_checkpoint()
             cp["channel_values"] = {"messages": msgs[i % N_TEMPLATES]}
             cp["channel_versions"] = {"messages": 1}
-            cfg = {"configurable": {"thread_id": sid(i), "checkpoint_ns": ""}}
+            cfg: Any = {"configurable": {"thread_id": sid(i), "checkpoint_ns": ""}}
             saver.put(cfg, cp, {"source": "loop", "step": 3}, {"messages": 1})
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         conn.close()

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,7 +50,7 @@ def stats(samples: list[float]) -> dict[str, Any]:
             "min": xs[0], "n": n}
 
 
-def measure(contenders: dict[str, Callable[[], Any]], *, min_reps: int = 5,
+def measure(contenders: Mapping[str, Callable[[], Any]], *, min_reps: int = 5,
             max_reps: int = 200, budget: float = 5.0, warmup: int = 1,
             setup: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
     """Time each contender, interleaved round by round.

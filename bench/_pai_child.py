@@ -145,7 +145,7 @@ def run_dbos(role: str, path: str, n: int) -> dict[str, Any]:
     async def wait() -> list[Any]:
         outs = []
         for i in range(n):
-            h = await DBOS.retrieve_workflow_async(f"live-{i}")
+            h: Any = await DBOS.retrieve_workflow_async(f"live-{i}")
             outs.append(str(await h.get_result()))
         return outs
 

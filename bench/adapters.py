@@ -93,8 +93,10 @@ CONTENDERS = {
 PAIRS = {"openai_agents": "agents_sqlite", "pydantic_ai": "pydantic_ai_memory",
          "pydantic_ai_durable": "pydantic_ai_dbos", "claude": "claude_memory",
          "adk": "adk_database"}
-FULL = {"min_reps": 10, "max_reps": 20, "budget": 20.0, "warmup": 1}
-QUICK = {"min_reps": 1, "max_reps": 1, "budget": 1.0, "warmup": 0}
+FULL: dict[str, Any] = {
+    "min_reps": 10, "max_reps": 20, "budget": 20.0, "warmup": 1}
+QUICK: dict[str, Any] = {
+    "min_reps": 1, "max_reps": 1, "budget": 1.0, "warmup": 0}
 
 
 def _installed(module: str) -> bool:
@@ -130,8 +132,9 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
     for k, v in res.items():
         log(f"  adapters {k}: {v['median'] * 1e3:.1f} ms (+{over[k]:.1f} ms over the "
             "interpreter)")
-    body = {"params": p, "results": res, "over_interpreter_ms": over, "ratios": ratios,
-            "commands": {k: c for k, (c, _) in CONTENDERS.items()}, "missing": missing}
+    body: dict[str, Any] = {
+        "params": p, "results": res, "over_interpreter_ms": over, "ratios": ratios,
+        "commands": {k: c for k, (c, _) in CONTENDERS.items()}, "missing": missing}
     body["add_items"] = add_items(quick, work)
     r = body["add_items"]["ratios"]
     body["targets"] = {
@@ -214,7 +217,7 @@ def add_items(quick: bool, work: str) -> dict[str, Any]:
     from fsdurable.openai_agents import FileSession
 
     sizes = (10, 1000)
-    p = {"min_reps": 3, "max_reps": 5, "budget": 1.0, "warmup": 1} if quick else \
+    p: dict[str, Any] = {"min_reps": 3, "max_reps": 5, "budget": 1.0, "warmup": 1} if quick else \
         {"min_reps": 30, "max_reps": 200, "budget": 4.0, "warmup": 3}
     base = os.path.join(work, "add_items")
     shutil.rmtree(base, ignore_errors=True)
@@ -285,8 +288,8 @@ def add_items(quick: bool, work: str) -> dict[str, Any]:
         log(f"  add_items {k}: {v['median'] * 1e3:.2f} ms" + (
             f", {b['write_bytes']:.0f} bytes to storage, {b['wchar']:.0f} written per call"
             if b else ""))
-    for k, v in ratios.items():
-        log(f"  add_items {k}: {v:.2f}x")
+    for k, x in ratios.items():
+        log(f"  add_items {k}: {x:.2f}x")
     return {"params": p, "sizes": list(sizes), "item_bytes": len(json.dumps(one[0])),
             "results": res, "bytes_per_call": per_call, "ratios": ratios}
 

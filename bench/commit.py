@@ -52,20 +52,23 @@ length, so its figure is that of a checkpoint that adds no message.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import shutil
 import sqlite3
+from collections.abc import Callable
 from typing import Any
 
 from ._floor import put
 from ._harness import cache_dir, environment, log, measure, ratio, script_main, write_result
 
-FULL = {"sizes": [1 << 10, 64 << 10, 1 << 20, 10 << 20], "reps": {1 << 10: 300, 64 << 10: 300,
-                                                                  1 << 20: 100, 10 << 20: 30},
-        "budget": 10.0}
-QUICK = {"sizes": [1 << 10, 64 << 10, 1 << 20], "reps": {1 << 10: 30, 64 << 10: 30,
-                                                          1 << 20: 10}, "budget": 1.0}
+FULL: dict[str, Any] = {
+    "sizes": [1 << 10, 64 << 10, 1 << 20, 10 << 20],
+    "reps": {1 << 10: 300, 64 << 10: 300, 1 << 20: 100, 10 << 20: 30}, "budget": 10.0}
+QUICK: dict[str, Any] = {
+    "sizes": [1 << 10, 64 << 10, 1 << 20], "reps": {1 << 10: 30, 64 << 10: 30, 1 << 20: 10},
+    "budget": 1.0}
 
 
 def session_of_size(store: Any, sid: str, target: int) -> Any:
@@ -265,15 +268,19 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
             with store._commit_lock(sid):
                 pass
 
-        calls = {"fsdurable": lambda b=box: checkpoint(b),
-                 "fsdurable_cold": lambda b=cold: checkpoint(b),
-                 "floor": Floor(floor_dir, ring),
-                 "floor_encoded": FloorEncoded(enc_dir, document_ring(box["s"])),
-                 "floor_protocol": proto,
-                 "sqlite": peer,
-                 # parts of a checkpoint, for the breakdown (no disk write)
-                 "part_commit_lock": lock_only,
-                 "part_encode": lambda b=box: _codec.encode_session(b["s"])}
+        def encode_only(b: dict[str, Any] = box) -> bytes:
+            return _codec.encode_session(b["s"])
+
+        calls: dict[str, Callable[[], Any]] = {
+            "fsdurable": functools.partial(checkpoint, box),
+            "fsdurable_cold": functools.partial(checkpoint, cold),
+            "floor": Floor(floor_dir, ring),
+            "floor_encoded": FloorEncoded(enc_dir, document_ring(box["s"])),
+            "floor_protocol": proto,
+            "sqlite": peer,
+            # parts of a checkpoint, for the breakdown (no disk write)
+            "part_commit_lock": lock_only,
+            "part_encode": encode_only}
         res = measure(calls, min_reps=min(10, p["reps"][size]), max_reps=p["reps"][size],
                       budget=p["budget"], setup=setup)
         peer.db.close()

@@ -17,6 +17,7 @@ checked before they are timed, the slow scans from their first timed answer).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
@@ -26,9 +27,11 @@ from typing import Any
 from ._data import NODE, Dataset, langgraph_available
 from ._harness import cache_dir, environment, log, measure, ratio, script_main, write_result
 
-FULL = {"ns": [1_000, 10_000, 100_000], "ms": [1, 10, 100], "fast_reps": 300, "slow_min": 3,
-        "budget": 8.0}
-QUICK = {"ns": [200, 1_000], "ms": [1, 10], "fast_reps": 40, "slow_min": 2, "budget": 0.5}
+FULL: dict[str, Any] = {
+    "ns": [1_000, 10_000, 100_000], "ms": [1, 10, 100], "fast_reps": 300, "slow_min": 3,
+    "budget": 8.0}
+QUICK: dict[str, Any] = {
+    "ns": [200, 1_000], "ms": [1, 10], "fast_reps": 40, "slow_min": 2, "budget": 0.5}
 
 
 def floor(markers_dir: str) -> list[dict[str, Any]]:
@@ -151,7 +154,8 @@ def run_matrix(datasets: list[Dataset], ms: list[int], p: dict[str, Any]) -> lis
             finally:
                 close()
             f = res["fsdurable"]
-            row = {"n": ds.n, "m": m, "session_bytes_avg": round(ds.avg_bytes), "results": res,
+            row: dict[str, Any] = {
+                   "n": ds.n, "m": m, "session_bytes_avg": round(ds.avg_bytes), "results": res,
                    "ratios": {"fsdurable_vs_floor": ratio(f, res["floor"]),
                               "full_scan_vs_fsdurable": ratio(res["full_scan"], f),
                               "sqlite_vs_fsdurable": ratio(res["sqlite"], f)}}
@@ -171,7 +175,7 @@ def run_growth(datasets: list[Dataset], m: int, reps: int) -> dict[str, Any]:
         ds.configure(m)
     stores = {ds.n: fsdurable.Store(ds.root, node_id=NODE) for ds in datasets}
     calls: dict[str, Callable[[], Any]] = {f"n={n}": s.interrupted for n, s in stores.items()}
-    calls.update({f"floor n={ds.n}": (lambda d=ds: floor(d.markers)) for ds in datasets})
+    calls.update({f"floor n={ds.n}": functools.partial(floor, ds.markers) for ds in datasets})
     res = measure(calls, min_reps=reps, max_reps=reps, budget=1e9)
     lo, hi = min(stores), max(stores)
     return {"m": m, "results": res,

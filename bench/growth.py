@@ -38,14 +38,17 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ._harness import cache_dir, environment, log, measure, ratio, script_main, write_result
 
-FULL = {"points": [10, 100, 1_000, 5_000], "reps": 200, "budget": 6.0, "tp_sizes": [1 << 20],
-        "turns": 10, "chat_turns": 1_000, "rsync_messages": 1_000}
-QUICK = {"points": [10, 100, 1_000], "reps": 8, "budget": 0.5, "tp_sizes": [1 << 20],
-         "turns": 2, "chat_turns": 100, "rsync_messages": 200}
+FULL: dict[str, Any] = {
+    "points": [10, 100, 1_000, 5_000], "reps": 200, "budget": 6.0, "tp_sizes": [1 << 20],
+    "turns": 10, "chat_turns": 1_000, "rsync_messages": 1_000}
+QUICK: dict[str, Any] = {
+    "points": [10, 100, 1_000], "reps": 8, "budget": 0.5, "tp_sizes": [1 << 20], "turns": 2,
+    "chat_turns": 100, "rsync_messages": 200}
 
 
 def transcript(n: int) -> tuple[Any, ...]:
@@ -127,7 +130,8 @@ def growth_points(store: Any, work: str, p: dict[str, Any]) -> list[dict[str, An
             if name == "begin_turn":
                 store.cancel(idle)  # untimed: the next begin_turn finds the session idle
 
-        calls = {"checkpoint": checkpoint, "append_checkpoint": append_checkpoint,
+        calls: dict[str, Callable[[], Any]] = {
+                 "checkpoint": checkpoint, "append_checkpoint": append_checkpoint,
                  "patch": patch, "begin_turn": begin, "floor_append": append,
                  "floor_rename": Floor(floor_dir, [doc, doc[:-1] + b" "]),
                  "floor_protocol": protocol}

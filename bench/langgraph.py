@@ -45,9 +45,10 @@ from typing import Any
 
 from ._harness import cache_dir, environment, log, measure, ratio, script_main, write_result
 
-FULL = {"history": 50, "reps": 200, "budget": 8.0, "turns": 100, "threads": 10_000,
-        "inflight": 10}
-QUICK = {"history": 10, "reps": 20, "budget": 1.0, "turns": 20, "threads": 500, "inflight": 10}
+FULL: dict[str, Any] = {
+    "history": 50, "reps": 200, "budget": 8.0, "turns": 100, "threads": 10_000, "inflight": 10}
+QUICK: dict[str, Any] = {
+    "history": 10, "reps": 20, "budget": 1.0, "turns": 20, "threads": 500, "inflight": 10}
 
 
 def _checkpoint(step: int, messages: list[str], *, pending: bool) -> Any:
@@ -236,7 +237,7 @@ def chat(work: str, p: dict[str, Any]) -> dict[str, Any]:
     loop.run_until_complete(aconn.close())
     loop.close()
     k = max(1, len(turns["fsdurable"]) // 10)
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for name, xs in turns.items():
         first, last = sorted(xs[:k])[k // 2], sorted(xs[-k:])[k // 2]
         out[name] = {"total_s": sum(xs), "bytes_on_disk": _du(dirs[name]),

@@ -39,6 +39,7 @@ def load_base(rev: str, into: str) -> Any:
     sys.path.insert(0, into)
     base = importlib.import_module("fsdurable_base")
     importlib.import_module("fsdurable_base.langgraph")
+    assert base.__file__ is not None
     assert os.path.dirname(base.__file__) == os.path.join(into, "fsdurable_base")
     return base, sha
 

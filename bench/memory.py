@@ -112,7 +112,10 @@ def big_session(base: str, mb: int) -> tuple[str, str, int, int]:
     store.create("big")
     step = -(-len(msgs) // 20)
     for i in range(step, len(msgs) + step, step):
-        store.patch("big", lambda cur, i=i: attrs.evolve(cur, messages=msgs[:i]))
+        def grow(cur: fsdurable.Session, upto: int = i) -> fsdurable.Session:
+            return attrs.evolve(cur, messages=msgs[:upto])
+
+        store.patch("big", grow)
     whole = orjson.dumps([_codec._conv().unstructure(m) for m in msgs])
     with open(flat, "wb") as f:
         f.write(whole)

@@ -42,10 +42,12 @@ from typing import Any
 
 from ._harness import REPO, cache_dir, environment, log, measure, script_main, write_result
 
-FULL = {"min_reps": 10, "max_reps": 40, "budget": 30.0, "finished": 10_000, "interrupted": 10,
-        "startup_reps": 3}
-QUICK = {"min_reps": 1, "max_reps": 1, "budget": 1.0, "finished": 10, "interrupted": 2,
-         "startup_reps": 1}
+FULL: dict[str, Any] = {
+    "min_reps": 10, "max_reps": 40, "budget": 30.0, "finished": 10_000, "interrupted": 10,
+    "startup_reps": 3}
+QUICK: dict[str, Any] = {
+    "min_reps": 1, "max_reps": 1, "budget": 1.0, "finished": 10, "interrupted": 2,
+    "startup_reps": 1}
 
 
 def _steps(work: str, p: dict[str, Any]) -> dict[str, Any]:

@@ -731,6 +731,7 @@ def notes(data: dict[str, Any]) -> str:
     ad = data.get("adapters")
     a = ad.get("add_items") if ad else None
     for n in a["sizes"] if a and "floor_document_hop" in a["results"] else ():
+        assert a is not None
         t = ad["targets"].get(f"add_items_{n}_vs_sqlite") if ad else None
         if t is None or t["met"]:
             continue

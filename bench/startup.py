@@ -271,7 +271,8 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
     imports = probe_imports(python, ds.root, cenv, 5 if quick else 20, cwd)
     log(f"  heavy modules loaded: {imports['loaded_heavy_modules']}")
     if quick:  # the peers import big frameworks (seconds each): not in the CI smoke run
-        peers, missing = {}, {"peers": "not run with --quick"}
+        peers: dict[str, Any] = {}
+        missing = {"peers": "not run with --quick"}
     else:
         peers, missing = peer_commands(ds)
     log("startup: cold start (paired rounds) ...")

@@ -1,4 +1,4 @@
-"""Strict tooling as tests: ruff over the repo, mypy --strict over the package, the public
+"""Strict tooling as tests: ruff over the repo, mypy --strict over the package and bench/, the public
 surface sorted and importable."""
 
 from __future__ import annotations
