@@ -1,5 +1,5 @@
-"""Strict tooling as tests: ruff over the repo, mypy --strict over the package and bench/, the public
-surface sorted and importable."""
+"""Strict tooling as tests: ruff over the repo, mypy --strict over the package and bench/, the
+public surface sorted and importable."""
 
 from __future__ import annotations
 
