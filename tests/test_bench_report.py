@@ -1,0 +1,30 @@
+"""``bench.report``'s prose from result documents (no run): a missed target is never passed over,
+and what its part measured beside it is named with it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench import report
+
+
+def _langgraph(flat: float, peers: dict[str, float]) -> dict[str, Any]:
+    results = {"fsdurable": {"last_vs_first": flat}}
+    results.update({k: {"last_vs_first": v} for k, v in peers.items()})
+    return {"targets": {"chat_last_vs_first_turns": {"value": flat, "target": "<= 1.5 (flat)",
+                                                     "met": flat <= 1.5}},
+            "chat": {"results": results}}
+
+
+def test_a_missed_chat_flatness_names_the_peers_growth_in_the_same_run() -> None:
+    text = report.notes({"langgraph": _langgraph(1.54, {"sqlite_full": 1.78,
+                                                        "async_sqlite_full": 1.86})})
+    line = next(x for x in text.splitlines() if "**chat_last_vs_first_turns**" in x)
+    assert "1.54x" in line
+    assert "SqliteSaver's own chat (FULL) 1.78x" in line
+    assert "AsyncSqliteSaver's (FULL) 1.86x" in line
+
+
+def test_a_met_target_is_not_a_note() -> None:
+    assert report.notes({"langgraph": _langgraph(1.2, {"sqlite_full": 1.78})}) == \
+        "Every target was met in this run."
