@@ -93,10 +93,8 @@ CONTENDERS = {
 PAIRS = {"openai_agents": "agents_sqlite", "pydantic_ai": "pydantic_ai_memory",
          "pydantic_ai_durable": "pydantic_ai_dbos", "claude": "claude_memory",
          "adk": "adk_database"}
-FULL: dict[str, Any] = {
-    "min_reps": 10, "max_reps": 20, "budget": 20.0, "warmup": 1}
-QUICK: dict[str, Any] = {
-    "min_reps": 1, "max_reps": 1, "budget": 1.0, "warmup": 0}
+FULL: dict[str, Any] = {"min_reps": 10, "max_reps": 20, "budget": 20.0, "warmup": 1}
+QUICK: dict[str, Any] = {"min_reps": 1, "max_reps": 1, "budget": 1.0, "warmup": 0}
 
 
 def _installed(module: str) -> bool:

@@ -155,10 +155,10 @@ def run_matrix(datasets: list[Dataset], ms: list[int], p: dict[str, Any]) -> lis
                 close()
             f = res["fsdurable"]
             row: dict[str, Any] = {
-                   "n": ds.n, "m": m, "session_bytes_avg": round(ds.avg_bytes), "results": res,
-                   "ratios": {"fsdurable_vs_floor": ratio(f, res["floor"]),
-                              "full_scan_vs_fsdurable": ratio(res["full_scan"], f),
-                              "sqlite_vs_fsdurable": ratio(res["sqlite"], f)}}
+                "n": ds.n, "m": m, "session_bytes_avg": round(ds.avg_bytes), "results": res,
+                "ratios": {"fsdurable_vs_floor": ratio(f, res["floor"]),
+                           "full_scan_vs_fsdurable": ratio(res["full_scan"], f),
+                           "sqlite_vs_fsdurable": ratio(res["sqlite"], f)}}
             if "langgraph" in res:
                 row["ratios"]["langgraph_vs_fsdurable"] = ratio(res["langgraph"], f)
             log(f"  n={ds.n} m={m}: " + ", ".join(

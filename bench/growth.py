@@ -131,10 +131,9 @@ def growth_points(store: Any, work: str, p: dict[str, Any]) -> list[dict[str, An
                 store.cancel(idle)  # untimed: the next begin_turn finds the session idle
 
         calls: dict[str, Callable[[], Any]] = {
-                 "checkpoint": checkpoint, "append_checkpoint": append_checkpoint,
-                 "patch": patch, "begin_turn": begin, "floor_append": append,
-                 "floor_rename": Floor(floor_dir, [doc, doc[:-1] + b" "]),
-                 "floor_protocol": protocol}
+            "checkpoint": checkpoint, "append_checkpoint": append_checkpoint, "patch": patch,
+            "begin_turn": begin, "floor_append": append,
+            "floor_rename": Floor(floor_dir, [doc, doc[:-1] + b" "]), "floor_protocol": protocol}
         res = measure(calls, min_reps=5, max_reps=p["reps"], budget=p["budget"], setup=setup,
                       warmup=5)
         append.close()

@@ -729,9 +729,8 @@ def notes(data: dict[str, Any]) -> str:
                    "fsync's wait, when the processor's caches are cold)."
                    if "floor_protocol" in res else ""))
     ad = data.get("adapters")
-    a = ad.get("add_items") if ad else None
+    a: Any = ad.get("add_items") if ad else None
     for n in a["sizes"] if a and "floor_document_hop" in a["results"] else ():
-        assert a is not None
         t = ad["targets"].get(f"add_items_{n}_vs_sqlite") if ad else None
         if t is None or t["met"]:
             continue
