@@ -332,8 +332,12 @@ def run(quick: bool, out_dir: str) -> dict[str, Any]:
     disc_r = disc["ratios"]["sqlite_every_thread_vs_fsdurable"]
     targets = {
         "put_vs_sqlite_full": {"value": put_r, "target": "<= 1.5", "met": put_r <= 1.5},
+        # beside it, each peer's own chat (interleaved turn by turn): LangGraph serialises the
+        # whole conversation into every checkpoint, so every saver's turns grow with the chat
         "chat_last_vs_first_turns": {"value": flat, "target": "<= 1.5 (flat)",
-                                     "met": flat <= 1.5},
+                                     "met": flat <= 1.5,
+                                     **{f"chat_{k}": v["last_vs_first"]
+                                        for k, v in ch["results"].items() if k != "fsdurable"}},
         "discovery_vs_sqlite_every_thread": {"value": disc_r, "target": ">= 100",
                                              "met": disc_r >= 100},
     }

@@ -766,9 +766,8 @@ def notes(data: dict[str, Any]) -> str:
         for key, t in (d["targets"].items() if d else ()):
             if t["met"] or f"**{key}**" in said or not isinstance(t["value"], (int, float)):
                 continue
-            beside = {**t, **_beside(part, key, d or {})}
-            extra = "; ".join(f"{_LABELS.get(k, k.replace('_', ' '))} {x(v)}"
-                              for k, v in beside.items() if k not in ("value", "target", "met")
+            extra = "; ".join(f"{_LABELS.get(k, k.replace('_', ' '))} {x(v)}" for k, v in t.items()
+                              if k not in ("value", "target", "met")
                               and isinstance(v, (int, float)) and not isinstance(v, bool))
             out.append(f"- **{key}** is {x(t['value'])} (target {t['target']})"
                        + (f"; beside it, {extra}" if extra else "") + f". {why}")
@@ -779,17 +778,6 @@ _LABELS = {"floor": "the append-only floor", "floor_write_once": "the write-once
            "above_file_list": "above rsync's file list",
            "chat_sqlite_full": "SqliteSaver's own chat (FULL)",
            "chat_async_sqlite_full": "AsyncSqliteSaver's (FULL)"}
-
-
-def _beside(part: str, key: str, d: dict[str, Any]) -> dict[str, float]:
-    """What else the part measured beside a missed target, from its results: for the chat's
-    last-vs-first turns, the same ratio of each peer's chat in the same run (LangGraph itself
-    serialises the whole conversation at every turn, so its peers grow with it too)."""
-    if (part, key) != ("langgraph", "chat_last_vs_first_turns"):
-        return {}
-    res = d.get("chat", {}).get("results", {})
-    return {f"chat_{k}": v["last_vs_first"] for k, v in res.items()
-            if k != "fsdurable" and isinstance(v.get("last_vs_first"), (int, float))}
 # what the parts' other targets measure, for a miss that ``notes`` has no paragraph of its own
 _OTHER_MISSES = {
     "growth": "docs/storage.md has the breakdown: a write-once file per turn costs its pages "
