@@ -761,11 +761,12 @@ def notes(data: dict[str, Any]) -> str:
                 out.append(f"- **{key}** is {x(t['value'])} (target {t['target']}).")
     # every other miss, with the floors its part measured beside it: none passes unsaid
     said = "\n".join(out)
-    for part, why in _OTHER_MISSES.items():
+    for part, whys in _OTHER_MISSES.items():
         d = data.get(part)
         for key, t in (d["targets"].items() if d else ()):
             if t["met"] or f"**{key}**" in said or not isinstance(t["value"], (int, float)):
                 continue
+            why = whys.get(key, whys[""])
             extra = "; ".join(f"{_LABELS.get(k, k.replace('_', ' '))} {x(v)}" for k, v in t.items()
                               if k not in ("value", "target", "met")
                               and isinstance(v, (int, float)) and not isinstance(v, bool))
@@ -777,16 +778,27 @@ def notes(data: dict[str, Any]) -> str:
 _LABELS = {"floor": "the append-only floor", "floor_write_once": "the write-once floor",
            "above_file_list": "above rsync's file list",
            "chat_sqlite_full": "SqliteSaver's own chat (FULL)",
-           "chat_async_sqlite_full": "AsyncSqliteSaver's (FULL)"}
-# what the parts' other targets measure, for a miss that ``notes`` has no paragraph of its own
-_OTHER_MISSES = {
-    "growth": "docs/storage.md has the breakdown: a write-once file per turn costs its pages "
-              "and a file-list entry below which no write-once design can go (the floors).",
-    "langgraph": "One 100-turn chat a run: this ratio of two medians of ten turns each moves "
-                 "with the machine's load from run to run (its history is in README's "
-                 "Performance table). Its peers' chats, interleaved turn by turn with it, grow "
-                 "too: LangGraph's own state (the conversation, serialised whole into every "
-                 "checkpoint by the graph) grows with the chat, whatever saver stores it.",
+           "chat_async_sqlite_full": "AsyncSqliteSaver's (FULL)",
+           "floor_append_vs_sqlite_full": "the floor (one append + fdatasync of the bytes a "
+                                          "put adds) vs SqliteSaver",
+           "fsdurable_vs_floor_append": "fsdurable vs that floor"}
+# what the parts' other targets measure, for a miss that ``notes`` has no paragraph of its own:
+# by part, then by target ("" for any other target of that part)
+_OTHER_MISSES: dict[str, dict[str, str]] = {
+    "growth": {"": "docs/storage.md has the breakdown: a write-once file per turn costs its "
+                   "pages and a file-list entry below which no write-once design can go (the "
+                   "floors)."},
+    "langgraph": {
+        "chat_last_vs_first_turns":
+            "One 100-turn chat a run: this ratio of two medians of ten turns each moves with "
+            "the machine's load from run to run (its history is in README's Performance "
+            "table). Its peers' chats, interleaved turn by turn with it, grow too: LangGraph's "
+            "own state (the conversation, serialised whole into every checkpoint by the graph) "
+            "grows with the chat, whatever saver stores it.",
+        "": "A put appends one frame to the thread's log and fdatasyncs it, as SQLite appends "
+            "to its WAL and fsyncs it once: what stays above the floor is the Python around "
+            "that one fdatasync, and the fdatasync's latency on a shared disk, which varies "
+            "between runs (docs/storage.md, \"LangGraph threads\", Cost)."},
 }
 
 

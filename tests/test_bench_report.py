@@ -28,3 +28,15 @@ def test_a_missed_chat_flatness_names_the_peers_growth_in_the_same_run() -> None
 def test_a_met_target_is_not_a_note() -> None:
     assert report.notes({"langgraph": _langgraph(1.2, {"sqlite_full": 1.78})}) == \
         "Every target was met in this run."
+
+
+def test_each_missed_target_of_a_part_gets_its_own_reason() -> None:
+    """A missed put is explained by its floor, not by the chat's paragraph."""
+    part = _langgraph(1.2, {"sqlite_full": 1.78})
+    part["targets"]["put_vs_sqlite_full"] = {"value": 1.51, "target": "<= 1.5", "met": False,
+                                             "floor_append_vs_sqlite_full": 1.1}
+    text = report.notes({"langgraph": part})
+    line = next(x for x in text.splitlines() if "**put_vs_sqlite_full**" in x)
+    assert "1.51x" in line and "1.10x" in line
+    assert "fdatasync" in line
+    assert "100-turn chat" not in line
