@@ -34,6 +34,13 @@ def test_quick_bench_completes_and_writes_valid_json(tmp_path: Path) -> None:
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-4000:]
     assert sorted(os.listdir(out)) == sorted(f"{n}.json" for n in PARTS)
+    # bench/README.md renders from them (every part's section and note; plots if matplotlib is)
+    readme = tmp_path / "README.md"
+    r = subprocess.run([PYTHON, "-m", "bench.report", "--results", str(out), "--readme",
+                        str(readme)], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert "## LangGraph checkpointer" in readme.read_text()
     docs = {n: json.loads((out / f"{n}.json").read_text()) for n in PARTS}
     for name, doc in docs.items():
         assert doc["schema"] == "fsdurable.bench/1" and doc["bench"] == name and doc["quick"]
