@@ -72,6 +72,12 @@ def encode_frame(record: tuple[str, int, bytes, dict[str, Any]] | None,
                  head: dict[str, Any] | None) -> bytes:
     """One frame: ``record`` is (kind, seq, its bytes, its header), ``head`` the head to keep
     (None: this frame does not end a write)."""
+    return _frame_of(record, head)[0]
+
+
+def _frame_of(record: tuple[str, int, bytes, dict[str, Any]] | None,
+              head: dict[str, Any] | None) -> tuple[bytes, Loc | None]:
+    """``encode_frame``, and where its record is (offset from the frame's start)."""
     import orjson
 
     hdr: dict[str, Any] = {"format": FRAME_FORMAT}
@@ -82,18 +88,36 @@ def encode_frame(record: tuple[str, int, bytes, dict[str, Any]] | None,
                          rh.get("run_id")]
     if head is not None:
         hdr["head"] = head
-    body = orjson.dumps(hdr) + b"\n" + data
-    return _ENV.pack(MAGIC, len(body), zlib.crc32(body)) + body
+    line = orjson.dumps(hdr)
+    body = line + b"\n" + data
+    loc = None if record is None else (record[0], _ENV.size + len(line) + 1, len(data),
+                                        *hdr["record"][3:])
+    return _ENV.pack(MAGIC, len(body), zlib.crc32(body)) + body, loc
 
 
 def encode_frames(records: list[tuple[str, int, bytes]], head: dict[str, Any]) -> bytes:
     """The frames of one write: a frame per record (kind, seq, its bytes), the last carrying
     ``head`` (a frame with the head alone if there is no record)."""
+    return frames_of([(kind, seq, raw, record_header(raw, None)) for kind, seq, raw in records],
+                     head)[0]
+
+
+def frames_of(records: list[tuple[str, int, bytes, dict[str, Any]]], head: dict[str, Any]
+              ) -> tuple[bytes, list[tuple[int, Loc]]]:
+    """``encode_frames`` of records whose headers the caller has (it encoded them), and where
+    each record is in the bytes returned (``LogView.wrote`` takes them: a writer never parses
+    back what it just encoded)."""
     if not records:
-        return encode_frame(None, head)
-    return b"".join(encode_frame((kind, seq, raw, record_header(raw, None)),
-                                 head if i == len(records) - 1 else None)
-                    for i, (kind, seq, raw) in enumerate(records))
+        return encode_frame(None, head), []
+    out, locs, at = [], [], 0
+    last = len(records) - 1
+    for i, rec in enumerate(records):
+        frame, loc = _frame_of(rec, head if i == last else None)
+        assert loc is not None
+        locs.append((rec[1], (loc[0], at + loc[1], *loc[2:])))
+        out.append(frame)
+        at += len(frame)
+    return b"".join(out), locs
 
 
 @attrs.define
@@ -121,6 +145,18 @@ class LogView:
         self.end = self.head_end or self.base
         self.seq = self.head_seq
         self.torn = False
+
+    def wrote(self, at: int, end: int, locs: list[tuple[int, Loc]], head: dict[str, Any]
+              ) -> None:
+        """Take the frames this process just appended at ``at`` (ending at ``end``, the last
+        carrying ``head``; ``frames_of`` says where their records are) as ``feed`` would parse
+        them, without reading them back. ``head`` must be what its frame holds: JSON types only
+        (``_lgstore`` builds heads of dicts, lists, strings and numbers)."""
+        for seq, loc in locs:
+            self.locs[seq] = (loc[0], at + loc[1], *loc[2:])
+            self.seq = seq
+        self.end = self.head_end = end
+        self.head, self.head_seq = head, self.seq
 
     def feed(self, data: bytes, at: int, max_frame: int, size: int | None = None) -> int:
         """Parse the frames of ``data`` (the file's bytes from offset ``at`` = ``self.end``);
@@ -240,6 +276,13 @@ class Record:
 
 def encode_record(header: dict[str, Any], parts: list[tuple[list[Any], Typed]]) -> bytes:
     """Header line + payload; ``parts`` is ``[(descriptor tail, (type, bytes))]``."""
+    return new_record(header, parts)[0]
+
+
+def new_record(header: dict[str, Any], parts: list[tuple[list[Any], Typed]]
+               ) -> tuple[bytes, Record]:
+    """``encode_record``, and the record as ``parse_record`` reads those bytes back (a writer
+    keeps it in its cache without parsing what it just encoded)."""
     import orjson
 
     metas, payload = [], []
@@ -248,7 +291,9 @@ def encode_record(header: dict[str, Any], parts: list[tuple[list[Any], Typed]]) 
         payload.append(data)
     body = b"".join(payload)
     head = {"format": RECORD_FORMAT, **header, "parts": metas, "crc32": zlib.crc32(body)}
-    return orjson.dumps(head) + b"\n" + body
+    return (orjson.dumps(head) + b"\n" + body,
+            Record(head, tuple((typ, data if type(data) is bytes else bytes(data))
+                               for _tail, (typ, data) in parts)))
 
 
 def parse_record(data: bytes, *, path: str | None = None) -> Record:
@@ -396,10 +441,12 @@ __all__ = [
     "encode_frames",
     "encode_header",
     "encode_record",
+    "frames_of",
     "gen_of",
     "head_of",
     "log_name",
     "new_head",
+    "new_record",
     "parse_record",
     "record_header",
     "scan",

@@ -55,10 +55,12 @@ from ._lglog import (
     encode_frames,
     encode_header,
     encode_record,
+    frames_of,
     gen_of,
     head_of,
     log_name,
     new_head,
+    new_record,
     parse_record,
     pending_writes,
     record_header,
@@ -72,6 +74,7 @@ from ._model import Session
 from ._store import Store
 
 _HEADER_PEEK = 1 << 16
+Encoded = tuple[bytes, Record]  # a record as written, and as read back (``new_record``)
 # commits a thread's new head (and run state) for a graph run: (session, head, state, logged)
 # -> session; ``logged``: the head is in the log already (the document may stay as it is)
 Through = Callable[[Session, dict[str, Any], "str | None", bool], Session]
@@ -95,6 +98,7 @@ class Threads:
         self._logs: dict[str, tuple[tuple[str, int], LogView]] = {}  # sid -> ((gen, n), view)
         self._docs: dict[str, Session] = {}  # sid -> the document last read (checked by stat)
         self._paths: dict[tuple[str, int], str] = {}
+        self._sids: dict[str, str] = {}  # thread id -> session id (a SHA-256 per put, else)
 
     # ------------------------------------------------------------------ reading
 
@@ -102,6 +106,17 @@ class Threads:
         """The session id of a thread: ``thread_session_id`` — or, for a store whose threads
         are ``named`` (``FsDurableSaver(session_ids="thread")``), the thread id itself when it
         is a valid session id (``fsdurable show <thread id>``, one id everywhere)."""
+        if isinstance(thread_id, str):
+            sid = self._sids.get(thread_id)
+            if sid is None:
+                sid = self._sid(thread_id)
+                if len(self._sids) > _CACHE:
+                    self._sids.clear()
+                self._sids[thread_id] = sid
+            return sid
+        return self._sid(thread_id)
+
+    def _sid(self, thread_id: object) -> str:
         if self.named and isinstance(thread_id, str):
             try:
                 return validate_session_id(thread_id)
@@ -315,21 +330,24 @@ class Threads:
     # ------------------------------------------------------------------ writing
 
     def mutate(self, thread_id: str, fn: Callable[[Session | None, dict[str, Any], int],
-                                                 tuple[list[tuple[str, bytes]], dict[str, Any],
+                                                 tuple[list[tuple[str, Encoded]], dict[str, Any],
                                                        str | None] | None],
                through: Through | None = None) -> Session | None:
         """Under the thread's commit lock: ``fn(session, head, next_seq)`` returns the records to
-        write (kind, bytes), the new head and the run state (None: unchanged) — or None for
-        nothing to do. The records and the new head are appended to the log (one fdatasync);
-        the document is committed — by ``through(session, head, state, logged)`` if given (the
-        graph run's turn protocol), else by ``commit`` — when the thread is new, when the run
-        state changes, or when no frame was written."""
+        write (kind, ``new_record``'s bytes and record), the new head and the run state (None:
+        unchanged) — or None for nothing to do. The records and the new head are appended to
+        the log (one fdatasync); the document is committed — by ``through(session, head, state,
+        logged)`` if given (the graph run's turn protocol), else by ``commit`` — when the thread
+        is new, when the run state changes, or when no frame was written."""
         sid = self.sid(thread_id)
         with self.store.commit_lock(sid):
             s = self.session(sid)
             if s is None:  # files no document names: kept in quarantine/ (_lgrepair)
                 self._clear_dir(sid, set_aside="no_session")
             head = self.head(s) if s is not None else new_head(str(thread_id))
+            # head() brought the log's view up to date under this lock: no writer can append
+            # meanwhile, so _append need not look at the file again
+            scanned = s is not None and "log" in head_of(s)
             out = fn(s, head, head["seq"] + 1)
             if out is None:
                 return s
@@ -341,12 +359,12 @@ class Threads:
                            gen=gen_of(s) if s is not None else new["gen"])
             seq = head["seq"]
             frames = []
-            for kind, data in records:
+            for kind, enc in records:
                 seq += 1
-                frames.append((kind, seq, data))
+                frames.append((kind, seq, enc))
             new["seq"] = seq
             if frames:
-                end = self._append(sid, new, frames, migrating=migrating)
+                end = self._append(sid, new, frames, migrating=migrating, scanned=scanned)
                 new["log"] = {**new["log"], "at": end}
             logged = bool(frames) and not migrating
             if through is not None and s is not None:
@@ -375,20 +393,25 @@ class Threads:
         assert got is not None
         return got
 
-    def _append(self, sid: str, new: dict[str, Any], frames: list[tuple[str, int, bytes]], *,
-                migrating: bool) -> int:
+    def _append(self, sid: str, new: dict[str, Any], frames: list[tuple[str, int, Encoded]],
+                *, migrating: bool, scanned: bool = False) -> int:
         """Append ``frames`` (the last carrying ``new``) to the thread's log at its valid end,
-        one fdatasync; the log is created (durably) first if missing. Returns its new end."""
+        one fdatasync; the log is created (durably) first if missing (``scanned``: the caller
+        holds the commit lock since its view was brought up to date). Returns its new end. What
+        was appended is taken into the log's view and the record cache as encoded (never read
+        back: tests/test_langgraph_log.py checks that a reader parses the same)."""
         n = new["log"]["n"]
         path = self.log_path(sid, n)
-        data = encode_frames(frames, {k: v for k, v in new.items() if k not in ("run", "log")})
+        head = {k: v for k, v in new.items() if k not in ("run", "log")}
+        data, locs = frames_of([(kind, seq, raw, rec.header)
+                                for kind, seq, (raw, rec) in frames], head)
         with self._vmu:
             cached = self._logs.get(sid)
             view = cached[1] if cached is not None and cached[0] == (new["gen"], n) else None
             if migrating:  # a log no document names (a migration a crash cut short)
                 set_aside(self.store, sid, path, "migration_cut_short")
                 view = None
-            else:
+            elif not (scanned and view is not None):
                 view = scan(path, view, self._max)
             if view is None:  # no log yet, or one whose header a crash tore: nothing in it
                 _fsio.makedirs(self.layout.lg_thread(sid), durable=self._durable)
@@ -400,15 +423,11 @@ class Threads:
             view.cut()
             at = view.end
             end = _fsio.append_at(path, at, data, durable=self._durable)
-            view.feed(data, at, self._max)
-            if view.end != end or view.head_end != end:  # pragma: no cover - our own frames
-                self._logs.pop(sid, None)
-                raise UnreadableState(f"the frames appended to {path} do not parse", path=path,
-                                      reason="corrupt")
+            view.wrote(at, end, locs, head)
             self._logs[sid] = ((new["gen"], n), view)
         with self._mu:  # the records just written: the next put reads its parent's refs
-            for _kind, seq, raw in frames:
-                self._records[(sid, new["gen"], seq)] = parse_record(raw, path=f"{sid}#{seq}")
+            for _kind, seq, (_raw, rec) in frames:
+                self._records[(sid, new["gen"], seq)] = rec
             while len(self._records) > _CACHE:
                 self._records.popitem(last=False)
         return end
@@ -492,6 +511,7 @@ class Threads:
                 _fsio.fsync_dir(d)
 
 
-__all__ = ["ENDED", "FAILED", "PAUSED", "PREFIX", "RECORD_FORMAT", "RUNNING", "SOURCE", "Record",
-           "Threads", "Through", "Typed", "describe", "encode_record", "gen_of", "head_of",
-           "new_head", "parse_record", "thread_session_id", "visible", "with_state"]
+__all__ = ["ENDED", "FAILED", "PAUSED", "PREFIX", "RECORD_FORMAT", "RUNNING", "SOURCE", "Encoded",
+           "Record", "Threads", "Through", "Typed", "describe", "encode_record", "gen_of",
+           "head_of", "new_head", "new_record", "parse_record", "thread_session_id", "visible",
+           "with_state"]

@@ -292,9 +292,11 @@ class Store:
         judges the file alike, ConflictError if it is another commit.)"""
         if known is not None and known.id == sid:
             path = self.layout.session(sid)
+            want = (known.version, known.commit_id)
+            if self._cache.racy_ident(sid, path) == want:  # a young file: one open, no lstat
+                return known
             st = _fsio.lstat(path)
-            if st is not None and self._cache.session_ident(sid, path, st) == (
-                    known.version, known.commit_id):
+            if st is not None and self._cache.session_ident(sid, path, st) == want:
                 return known
         return self.load(sid)
 

@@ -205,7 +205,7 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
 
         def build(s: Session | None, head: dict[str, Any], seq: int) -> Any:
             refs = self._refs(s, head, ns, parent, versions, new_versions, seq)
-            rec = lg.encode_record({"kind": "ckpt", "thread_id": head["thread_id"], "seq": seq,
+            rec = lg.new_record({"kind": "ckpt", "thread_id": head["thread_id"], "seq": seq,
                                     "ns": ns, "id": ckid, "parent": parent,
                                     "run_id": run_id if isinstance(run_id, str) else None,
                                     "refs": refs}, parts)
@@ -305,7 +305,7 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
                 head = {**head, "run": {**head["run"], "why": None}}
             records = []
             if fresh:
-                records.append(("writes", lg.encode_record(
+                records.append(("writes", lg.new_record(
                     {"kind": "writes", "thread_id": head["thread_id"], "seq": seq, "ns": ns,
                      "id": ckid, "task_id": task_id, "task_path": task_path},
                     [(["write", ch, i], t) for i, ch, t in fresh])))
@@ -390,7 +390,7 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
                     h["refs"] = {ch: [new[b], v] for ch, (b, v) in h["refs"].items()}
                 parts = [([m[0], *m[3:]], t)
                          for m, t in zip(rec.header["parts"], rec.parts, strict=True)]
-                records.append((kind, lg.encode_record(h, parts)))
+                records.append((kind, lg.new_record(h, parts)))
             ns_map = dict(head["ns"])
             for ns, e in shead["ns"].items():
                 cur = ns_map.get(ns)

@@ -183,3 +183,38 @@ def test_a_cut_forgets_exactly_the_records_after_the_last_head() -> None:
     view.feed(again, view.end, 1 << 20)
     assert list(view.locs) == [1, 2, 3] and view.head == {"seq": 3}
     assert view.end == view.head_end == len(first) + len(again)
+
+
+def test_what_a_writer_keeps_of_its_own_frames_is_what_a_reader_parses(tmp_path: Path) -> None:
+    """A put takes its frames into the log's view and its records into the cache as encoded,
+    never reading them back: both must equal what a fresh reader parses from the file."""
+    from fsdurable._lglog import parse_record, scan
+
+    saver = FsDurableSaver(tmp_path / "s")
+    c = None
+    for i in range(3):
+        c = put(saver, i, c)
+    assert c is not None
+    saver.put_writes(c, [("log", "w"), ("step", 7)], "task-1", "p")  # to the latest
+    child: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": "sub",
+                                   "checkpoint_id": "x"}}
+    cp = generate_checkpoint(channel_values={"log": ["c"]}, channel_versions={"log": 1})
+    saver.put_writes({"configurable": {"thread_id": "t", "checkpoint_ns": "",
+                                       "checkpoint_id": "9999"}}, [("log", 1)], "early", "")
+    saver.put(child, cp, {"source": "loop", "step": 0, "parents": {}}, {"log": 1})
+    saver.copy_thread("t", "u")
+    for tid in ("t", "u"):
+        th = saver.threads
+        sid = th.sid(tid)
+        s = th.session(sid)
+        assert s is not None
+        kept = th._logs[sid][1]
+        fresh = scan(th.log_path(sid, th.head(s)["log"]["n"]), None, th._max)
+        assert fresh is not None
+        for field in ("end", "seq", "head", "head_end", "head_seq", "locs", "torn", "base"):
+            assert getattr(kept, field) == getattr(fresh, field), field
+        assert set(kept.head or {}) >= {"ns", "seq", "gen"}
+        for (rsid, _gen, seq), rec in list(th._records.items()):
+            if rsid == sid:
+                kind = fresh.locs[seq][0]
+                assert rec == parse_record(th.raw(s, seq, kind)), (tid, seq)

@@ -287,13 +287,13 @@ def run(*, exhaustive: bool = False) -> LgReport:
 # ---------------------------------------------------------------------- broken protocols
 
 
-def _frames_not_durable(self: Any, sid: str, new: Any, frames: Any, *, migrating: bool) -> int:
+def _frames_not_durable(self: Any, sid: str, new: Any, frames: Any, **kw: Any) -> int:
     """Threads._append with no fdatasync: an acknowledged put may be lost."""
     from fsdurable._lgstore import Threads
 
     durable, self._durable = self._durable, False
     try:
-        return int(_ORIGINAL[(Threads, "_append")](self, sid, new, frames, migrating=migrating))
+        return int(_ORIGINAL[(Threads, "_append")](self, sid, new, frames, **kw))
     finally:
         self._durable = durable
 
@@ -326,10 +326,9 @@ def _document_before_frames(self: Any, thread_id: str, fn: Any, through: Any = N
             view = self._view(s, head) if s is not None else None
             at = (view.head_end or view.base) if view is not None else \
                 len(_lglog.encode_header(new["thread_id"], new["gen"], new["log"]["n"]))
-            size = sum(len(_lglog.encode_frame(
-                (k, q, b, _lglog.record_header(b, None)),
-                {k2: v for k2, v in new.items() if k2 not in ("run", "log")}
-                if i == len(frames) - 1 else None)) for i, (k, q, b) in enumerate(frames))
+            size = len(_lglog.frames_of(
+                [(k, q, raw, rec.header) for k, q, (raw, rec) in frames],
+                {k2: v for k2, v in new.items() if k2 not in ("run", "log")})[0])
             new["log"] = {**new["log"], "at": at + size}
         s = through(s, new, state, False) if through is not None and s is not None \
             else self.commit(sid, s, new, state)
