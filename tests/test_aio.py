@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 import time
+import warnings
 
 import pytest
 
@@ -65,3 +68,46 @@ def test_loop_keeps_running_while_the_call_blocks() -> None:
         return ticks
 
     assert asyncio.run(main()) > 10
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_forked_child_gets_workers_of_its_own() -> None:
+    """The parent's pool has an idle worker; the child inherits its bookkeeping but not its
+    threads: a call there must still run (not wait for a worker that does not exist)."""
+    assert asyncio.run(run_sync(lambda: 1)) == 1  # the parent's pool, one idle worker
+
+    async def child() -> int:
+        return await run_sync(lambda: 7)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork of a process with threads
+        pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = 0 if asyncio.run(child()) == 7 else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 30
+    while (got := os.waitpid(pid, os.WNOHANG))[0] == 0:
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the child's call never ran")
+        time.sleep(0.02)
+    assert os.waitstatus_to_exitcode(got[1]) == 0
+
+
+def test_an_error_of_any_kind_reaches_the_caller_and_the_loop_is_free() -> None:
+    class Stop(BaseException):
+        pass
+
+    def stop() -> None:
+        raise Stop
+
+    async def main() -> None:
+        with pytest.raises(Stop):
+            await run_sync(stop)
+        assert await run_sync(lambda: 3) == 3
+
+    asyncio.run(main())
