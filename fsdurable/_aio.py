@@ -29,9 +29,19 @@ T = TypeVar("T")
 # ever), made on first use, as large as the event loop's default pool
 _POOL: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
 _POOL_MU = threading.Lock()
+_WORKER = threading.local()  # ``on`` in the pool's threads
 
 
-def _pool() -> concurrent.futures.ThreadPoolExecutor:
+def _mark_worker() -> None:
+    _WORKER.on = True
+
+
+def _pool() -> concurrent.futures.ThreadPoolExecutor | None:
+    """The pool; None in one of its own threads — an event loop run there (a sync function
+    called through run_sync that runs ``asyncio.run``) uses its loop's own executor, as before:
+    calls waiting on calls in one bounded pool could wait for each other for ever."""
+    if getattr(_WORKER, "on", False):
+        return None
     global _POOL
     pool, pid = _POOL, os.getpid()
     if pool is None or pool[0] != pid:
@@ -39,7 +49,7 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
             pool = _POOL
             if pool is None or pool[0] != pid:
                 pool = _POOL = (pid, concurrent.futures.ThreadPoolExecutor(
-                    thread_name_prefix="fsdurable"))
+                    thread_name_prefix="fsdurable", initializer=_mark_worker))
     return pool[1]
 
 
@@ -75,12 +85,19 @@ async def run_sync(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         with contextlib.suppress(RuntimeError):  # the loop was closed: nobody awaits it
             loop.call_soon_threadsafe(settle, ok, value)
 
-    ran = _pool().submit(call)  # ends when the call has (call never raises)
+    pool = _pool()
+    # ends when the call has (call never raises)
+    waited: asyncio.Future[None] | None = None
+    if pool is not None:
+        ran = pool.submit(call)
+    else:
+        waited = loop.run_in_executor(None, call)
     try:
         return await outcome
     except asyncio.CancelledError:
         if outcome.cancelled():  # this task was cancelled (not fn's own CancelledError)
-            waited = asyncio.wrap_future(ran, loop=loop)
+            if waited is None:
+                waited = asyncio.wrap_future(ran, loop=loop)
             while not waited.done():  # let the call end, then re-raise
                 try:
                     await asyncio.shield(waited)

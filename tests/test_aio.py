@@ -111,3 +111,31 @@ def test_an_error_of_any_kind_reaches_the_caller_and_the_loop_is_free() -> None:
         assert await run_sync(lambda: 3) == 3
 
     asyncio.run(main())
+
+
+_NESTED = """
+import asyncio, os
+from fsdurable._aio import run_sync
+
+def outer(i):  # a sync function called through run_sync that runs an event loop of its own
+    return asyncio.run(run_sync(lambda: i * 2))
+
+async def main():
+    n = (os.cpu_count() or 1) + 8  # more than the pool has workers
+    got = await asyncio.gather(*(run_sync(outer, i) for i in range(n)))
+    assert got == [i * 2 for i in range(n)], got
+    print("ok")
+
+asyncio.run(main())
+"""
+
+
+def test_a_loop_run_inside_a_worker_never_waits_for_the_busy_pool() -> None:
+    """Every worker of the pool runs a sync function that runs ``asyncio.run`` of a
+    ``run_sync``: the inner calls must not wait for a worker of that same, busy pool."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _NESTED], capture_output=True, text=True,
+                         timeout=60, cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
