@@ -206,9 +206,9 @@ class FsDurableSaver(BaseCheckpointSaver[str]):
         def build(s: Session | None, head: dict[str, Any], seq: int) -> Any:
             refs = self._refs(s, head, ns, parent, versions, new_versions, seq)
             rec = lg.new_record({"kind": "ckpt", "thread_id": head["thread_id"], "seq": seq,
-                                    "ns": ns, "id": ckid, "parent": parent,
-                                    "run_id": run_id if isinstance(run_id, str) else None,
-                                    "refs": refs}, parts)
+                                 "ns": ns, "id": ckid, "parent": parent,
+                                 "run_id": run_id if isinstance(run_id, str) else None,
+                                 "refs": refs}, parts)
             ns_map = dict(head["ns"])
             cur = ns_map.get(ns)
             latest = cur is None or ckid >= cur["id"]
