@@ -86,6 +86,11 @@ class AppendFloor:
 
 
 def growth_points(store: Any, work: str, p: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each operation at each session size, all sizes measured in one ``measure`` call,
+    interleaved round by round: a machine whose disk or CPU drifts during the part (another
+    tenant's load) moves every size alike, so the growth ratios compare like with like (sizes
+    measured one after the other read drift as growth: a run at 8516f25 saw its own rename
+    floor 1.5x slower at 5,000 messages than at 10)."""
     import attrs
 
     from fsdurable import _codec
@@ -93,9 +98,12 @@ def growth_points(store: Any, work: str, p: dict[str, Any]) -> list[dict[str, An
 
     from .commit import Floor, FloorProtocol
 
-    rows = []
     extra = Message("assistant", "noted; next step " * 6)
     extra_bytes = orjson_bytes(extra)
+    calls: dict[str, Callable[[], Any]] = {}
+    idles: dict[str, str] = {}
+    docs: dict[int, bytes] = {}
+    closers: list[Any] = []
     for n in p["points"]:
         sid = f"g{n}"
         s = store.begin_turn(store.create(sid).id, None)
@@ -103,13 +111,14 @@ def growth_points(store: Any, work: str, p: dict[str, Any]) -> list[dict[str, An
         idle = f"g{n}-idle"
         store.create(idle)
         store.patch(idle, lambda cur, n=n: attrs.evolve(cur, messages=transcript(n)))
-        doc = _codec.encode_session(box["s"])
+        doc = docs[n] = _codec.encode_session(box["s"])
         floor_dir = os.path.join(work, f"floor-{n}")
         os.makedirs(floor_dir)
         append = AppendFloor(os.path.join(floor_dir, "log.jsonl"), extra_bytes)
         protocol_dir = os.path.join(work, f"floor-protocol-{n}")
         os.makedirs(protocol_dir)
         protocol = FloorProtocol(protocol_dir, [doc, doc[:-1] + b" "])
+        closers += [append, protocol]
 
         def checkpoint(box: dict[str, Any] = box) -> None:
             box["s"] = store.checkpoint(box["s"], phase="model_reply")
@@ -126,18 +135,26 @@ def growth_points(store: Any, work: str, p: dict[str, Any]) -> list[dict[str, An
         def begin(idle: str = idle) -> None:
             store.begin_turn(idle, "one more question")
 
-        def setup(name: str, idle: str = idle) -> None:
-            if name == "begin_turn":
-                store.cancel(idle)  # untimed: the next begin_turn finds the session idle
+        idles[f"begin_turn@{n}"] = idle
+        for name, fn in (("checkpoint", checkpoint), ("append_checkpoint", append_checkpoint),
+                         ("patch", patch), ("begin_turn", begin), ("floor_append", append),
+                         ("floor_rename", Floor(floor_dir, [doc, doc[:-1] + b" "])),
+                         ("floor_protocol", protocol)):
+            calls[f"{name}@{n}"] = fn
 
-        calls: dict[str, Callable[[], Any]] = {
-            "checkpoint": checkpoint, "append_checkpoint": append_checkpoint, "patch": patch,
-            "begin_turn": begin, "floor_append": append,
-            "floor_rename": Floor(floor_dir, [doc, doc[:-1] + b" "]), "floor_protocol": protocol}
-        res = measure(calls, min_reps=5, max_reps=p["reps"], budget=p["budget"], setup=setup,
-                      warmup=5)
-        append.close()
-        protocol.close()
+    def setup(name: str) -> None:
+        idle = idles.get(name)
+        if idle is not None:
+            store.cancel(idle)  # untimed: the next begin_turn finds the session idle
+
+    every = measure(calls, min_reps=5, max_reps=p["reps"], budget=p["budget"], setup=setup,
+                    warmup=5)
+    for c in closers:
+        c.close()
+    rows = []
+    for n in p["points"]:
+        res = {k.split("@")[0]: v for k, v in every.items() if k.endswith(f"@{n}")}
+        doc = docs[n]
         row = {"messages": n, "document_bytes": len(doc), "results": res,
                "ratios": {"checkpoint_vs_floor_rename": ratio(res["checkpoint"],
                                                               res["floor_rename"]),
