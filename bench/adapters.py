@@ -37,9 +37,10 @@ session that only grows (nothing popped), whose calls include, amortised, the se
 each time the inline tail passes its bound (``Config.inline_tail_bytes``). Five floors beside
 them, stdlib only, the same bytes: ``floor_document`` is what the format must do at least (the
 document with the item, written to a new temp file, fsynced, renamed, its directory fsynced: two
-fsyncs), called directly; ``floor_document_hop`` the same write through the hop both sessions
-make, ``loop.run_until_complete(asyncio.to_thread(...))`` (an ``async`` ``add_items`` runs its
-disk work in a worker thread: the event loop wakes the thread and is woken back), so
+fsyncs), called directly; ``floor_document_hop`` the same write through ``SQLiteSession``'s
+hop, ``loop.run_until_complete(asyncio.to_thread(...))`` (an ``async`` ``add_items`` runs its
+disk work in a worker thread: the event loop wakes the thread and is woken back; fsdurable's
+own hop, ``_aio.run_sync``, costs a little less), so
 ``floor_document_hop_vs_sqlite_N`` is the least any ``add_items`` writing that document by
 rename can be against ``SQLiteSession``, and ``fsdurable_N_vs_floor_document_hop`` what
 fsdurable adds to it; ``floor_protocol_hop`` the design's protocol done bare through the same hop
@@ -312,7 +313,7 @@ def section(d: dict[str, Any]) -> str:
             ("fsdurable_growing", "`FileSession` growing (segments amortised)"),
             ("floor_document", "floor: the document by rename (2 fsyncs)"),
             ("floor_document_hop", "floor: the document by rename, through the thread hop "
-                                   "(`asyncio.to_thread`) both sessions make"),
+                                   "`SQLiteSession` makes (`asyncio.to_thread`)"),
             ("floor_protocol_hop", "floor: the protocol done bare (lock, compare-and-swap, "
                                    "marker check, the document by rename), through the hop"),
             ("floor_rename", "floor: segment + document by rename (4 fsyncs)"),
