@@ -61,7 +61,7 @@ import shutil
 import sys
 from typing import Any
 
-from ._floor import put
+from ._floor import AppendFloor, put
 from ._harness import (
     REPO,
     cache_dir,
@@ -184,12 +184,7 @@ def _floors(base: str, item: bytes, root: str, sid: str, loop: Any) -> dict[str,
     def document_floor() -> None:
         put(doc_dir, "d.json", doc + item)
 
-    log_fd = os.open(os.path.join(base, "floor", "log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                     0o600)
-
-    def append_floor() -> None:
-        os.write(log_fd, item + b"\n")
-        os.fdatasync(log_fd)
+    append_floor = AppendFloor(os.path.join(base, "floor", "log"), item + b"\n")
 
     def document_floor_hop() -> None:
         loop.run_until_complete(asyncio.to_thread(document_floor))

@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ._floor import AppendFloor
 from ._harness import cache_dir, environment, log, measure, ratio, script_main, write_result
 
 FULL: dict[str, Any] = {
@@ -68,21 +69,6 @@ def io_counters() -> dict[str, int]:
     with open("/proc/self/io", encoding="ascii") as f:
         d = dict(line.split(": ") for line in f.read().splitlines())
     return {"wchar": int(d["wchar"]), "write_bytes": int(d["write_bytes"])}
-
-
-class AppendFloor:
-    """One append + fdatasync of the new bytes: the cost of an append-only design."""
-
-    def __init__(self, path: str, data: bytes) -> None:
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        self.data = data
-
-    def __call__(self) -> None:
-        os.write(self.fd, self.data)
-        os.fdatasync(self.fd)
-
-    def close(self) -> None:
-        os.close(self.fd)
 
 
 def growth_points(store: Any, work: str, p: dict[str, Any]) -> list[dict[str, Any]]:

@@ -45,6 +45,7 @@ import sqlite3
 import time
 from typing import Any
 
+from ._floor import AppendFloor
 from ._harness import cache_dir, environment, log, measure, ratio, script_main, write_result
 
 FULL: dict[str, Any] = {
@@ -189,10 +190,10 @@ def put_get(work: str, p: dict[str, Any]) -> dict[str, Any]:
                                                               puts["floor_append"])}}
 
 
-def _append_floor(work: str, fs: Any, putter: Putter) -> Any:
+def _append_floor(work: str, fs: Any, putter: Putter) -> AppendFloor:
     """The put's floor: one append of as many bytes as a put adds to fsdurable's log (measured
-    on one put of ``putter``), then one fdatasync, to a file that exists — what a put must do
-    at least (the stdlib alone; as SQLite's WAL append)."""
+    on one put of ``putter``, a putter of the saver ``fs``), then one fdatasync, to a file that
+    exists — what a put must do at least (the stdlib alone; as SQLite's WAL append)."""
     logs = os.path.join(fs.store.root, "langgraph")
 
     def size() -> int:
@@ -201,15 +202,7 @@ def _append_floor(work: str, fs: Any, putter: Putter) -> Any:
 
     before = size()
     putter.put()
-    frame = b"x" * (size() - before)
-    fd = os.open(os.path.join(work, "floor.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
-                 0o600)
-
-    def append() -> None:
-        os.write(fd, frame)
-        os.fdatasync(fd)
-
-    return append
+    return AppendFloor(os.path.join(work, "floor.log"), b"x" * (size() - before))
 
 
 def _chat_graph(saver: Any) -> Any:

@@ -23,7 +23,7 @@ import tempfile
 from typing import Any
 
 from ._harness import QUICK_RESULTS, cache_dir, environment, log, measure, ratio, write_result
-from .langgraph import Putter, _sqlite, bytes_per_put
+from .langgraph import Putter, _append_floor, _sqlite, bytes_per_put
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -44,36 +44,6 @@ def load_base(rev: str, into: str) -> Any:
     return base, sha
 
 
-class AppendFloor:
-    """The floor: one append of a put's frame size to one file and one fdatasync (what a log
-    with no Python around it would cost)."""
-
-    def __init__(self, path: str, size: int) -> None:
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        self.data = os.urandom(size)
-
-    def put(self) -> None:
-        os.write(self.fd, self.data)
-        os.fdatasync(self.fd)
-
-
-def frame_size(work: str) -> int:
-    """The bytes one put of this checkout's saver appends (measured, not assumed)."""
-    from fsdurable import Config, Store, _fsio
-    from fsdurable.langgraph import FsDurableSaver
-
-    putter = Putter(FsDurableSaver(Store(os.path.join(work, "probe"), config=Config(fsync=False),
-                                         node_id="bench")), "t", 3)
-    sizes: list[int] = []
-    prev = _fsio.set_recorder(lambda op, a: sizes.append(len(a[1])) if op == "append" else None)
-    try:
-        putter.put()
-    finally:
-        _fsio.set_recorder(prev)
-    assert len(sizes) == 1, sizes
-    return sizes[0]
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.lgput", description=__doc__)
     p.add_argument("--base", required=True, help="git revision of the saver to compare with")
@@ -91,17 +61,17 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(work)
     with tempfile.TemporaryDirectory(prefix="fsd-lgput-base-") as into:
         base, sha = load_base(args.base, into)
+        new = FsDurableSaver(fsdurable.Store(os.path.join(work, "new"), node_id="bench"))
         savers = {
-            "fsdurable": Putter(FsDurableSaver(fsdurable.Store(os.path.join(work, "new"),
-                                                               node_id="bench")), "t", history),
+            "fsdurable": Putter(new, "t", history),
             "fsdurable_base": Putter(base.langgraph.FsDurableSaver(
                 base.Store(os.path.join(work, "base"), node_id="bench")), "t", history),
             "sqlite_full": Putter(_sqlite(os.path.join(work, "full.db"), "FULL"), "t", history),
             "sqlite_normal": Putter(_sqlite(os.path.join(work, "normal.db"), "NORMAL"), "t",
                                     history),
         }
-        floor = AppendFloor(os.path.join(work, "floor.log"), frame_size(work))
-        puts = measure({**{k: v.put for k, v in savers.items()}, "floor_append": floor.put},
+        floor = _append_floor(work, new, savers["fsdurable"])
+        puts = measure({**{k: v.put for k, v in savers.items()}, "floor_append": floor},
                        min_reps=10, max_reps=reps, budget=budget)
         written = bytes_per_put({**savers, "floor_append": floor},
                                 50 if not args.quick else 10)
