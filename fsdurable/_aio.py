@@ -88,19 +88,13 @@ async def run_sync(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         with contextlib.suppress(RuntimeError):  # the loop was closed: nobody awaits it
             loop.call_soon_threadsafe(loop.call_soon, settle, ok, value)
 
-    pool = _pool()
-    # ends when the call has (call never raises)
-    waited: asyncio.Future[None] | None = None
-    if pool is not None:
-        ran = pool.submit(call)
-    else:
-        waited = loop.run_in_executor(None, call)
+    pool = _pool()  # the future of the call itself ends when it has (call never raises)
+    ran = pool.submit(call) if pool is not None else loop.run_in_executor(None, call)
     try:
         return await outcome
     except asyncio.CancelledError:
         if outcome.cancelled():  # this task was cancelled (not fn's own CancelledError)
-            if waited is None:
-                waited = asyncio.wrap_future(ran, loop=loop)
+            waited = asyncio.wrap_future(ran, loop=loop)  # an asyncio future: itself
             while not waited.done():  # let the call end, then re-raise
                 try:
                     await asyncio.shield(waited)

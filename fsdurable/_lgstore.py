@@ -54,7 +54,6 @@ from ._lglog import (
     describe,
     encode_frames,
     encode_header,
-    encode_record,
     frames_of,
     gen_of,
     head_of,
@@ -347,7 +346,7 @@ class Threads:
             head = self.head(s) if s is not None else new_head(str(thread_id))
             # head() brought the log's view up to date under this lock: no writer can append
             # meanwhile, so _append need not look at the file again
-            scanned = s is not None and "log" in head_of(s)
+            scanned = s is not None and "log" in head
             out = fn(s, head, head["seq"] + 1)
             if out is None:
                 return s
@@ -512,6 +511,5 @@ class Threads:
 
 
 __all__ = ["ENDED", "FAILED", "PAUSED", "PREFIX", "RECORD_FORMAT", "RUNNING", "SOURCE", "Encoded",
-           "Record", "Threads", "Through", "Typed", "describe", "encode_record", "gen_of",
-           "head_of", "new_head", "new_record", "parse_record", "thread_session_id", "visible",
-           "with_state"]
+           "Record", "Threads", "Through", "Typed", "describe", "gen_of", "head_of", "new_head",
+           "new_record", "parse_record", "thread_session_id", "visible", "with_state"]

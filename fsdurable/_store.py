@@ -286,10 +286,11 @@ class Store:
         """``known`` (a session of ``sid`` this store read or committed) if the file on disk is
         still that commit, judged as the compare-and-swap judges it (``FileCache``: by stat, a
         recent stat confirmed from the file's first bytes); else ``load(sid)``. A caller that
-        keeps the session it last committed pays one ``lstat`` instead of a parse per
-        read-modify-write; anything another process or a sync tool wrote is read again. (A
-        caller that commits what it derives from ``known`` need not ask: the compare-and-swap
-        judges the file alike, ConflictError if it is another commit.)"""
+        keeps the session it last committed pays one ``lstat`` (one open while the file is
+        younger than 2 s) instead of a parse per read-modify-write; anything another process
+        or a sync tool wrote is read again. (A caller that commits what it derives from
+        ``known`` need not ask: the compare-and-swap judges the file alike, ConflictError if it
+        is another commit.)"""
         if known is not None and known.id == sid:
             path = self.layout.session(sid)
             want = (known.version, known.commit_id)
