@@ -291,14 +291,9 @@ class Store:
         or a sync tool wrote is read again. (A caller that commits what it derives from
         ``known`` need not ask: the compare-and-swap judges the file alike, ConflictError if it
         is another commit.)"""
-        if known is not None and known.id == sid:
-            path = self.layout.session(sid)
-            want = (known.version, known.commit_id)
-            if self._cache.racy_ident(sid, path) == want:  # a young file: one open, no lstat
-                return known
-            st = _fsio.lstat(path)
-            if st is not None and self._cache.session_ident(sid, path, st) == want:
-                return known
+        if known is not None and known.id == sid and self._cached_ident(
+                sid, self.layout.session(sid)) == (known.version, known.commit_id):
+            return known
         return self.load(sid)
 
     def _refuse_case_alias(self, sid: str) -> None:
@@ -325,6 +320,19 @@ class Store:
         except UnreadableState:
             return None
 
+    def _cached_ident(self, sid: str, path: str) -> tuple[int, str] | None:
+        """(version, commit id) of the file at ``path`` as the cache can prove it without a
+        parse — a young file by one open (its stat and first bytes), else by ``lstat`` — and
+        (0, "") if there is none; None: it must be read."""
+        known = self._cache.racy_ident(sid, path)  # the commit just before: one open, no lstat
+        if known is not None:
+            return known
+        st = _fsio.lstat(path)
+        if st is None:
+            self._cache.forget(sid)
+            return 0, ""
+        return self._cache.session_ident(sid, path, st)
+
     def _disk_version(self, sid: str) -> int:
         """Version on disk (0 if absent); see ``_disk_ident``."""
         return self._disk_ident(sid)[0]
@@ -334,14 +342,7 @@ class Store:
         re-read only if its stat changed, or if the stat is too recent to prove anything (then
         only its first bytes are read: version and commit id come first)."""
         path = self.layout.session(sid)
-        known = self._cache.racy_ident(sid, path)  # the commit just before: one open, no lstat
-        if known is not None:
-            return known
-        st = _fsio.lstat(path)
-        if st is None:
-            self._cache.forget(sid)
-            return 0, ""
-        known = self._cache.session_ident(sid, path, st)
+        known = self._cached_ident(sid, path)
         if known is not None:
             return known
         try:
