@@ -799,8 +799,8 @@ _OTHER_MISSES: dict[str, dict[str, str]] = {
         "": "A put appends one frame to the thread's log and fdatasyncs it, as SQLite appends "
             "to its WAL and fsyncs it once: what stays above the floor is the Python around "
             "that one fdatasync (the record's and the head's encoding, the commit lock, the "
-            "document's and the marker's checks), whose time moves with the machine's speed from run to run (docs/storage.md, "
-            "\"LangGraph threads\", Cost)."},
+            "document's and the marker's checks), whose time moves with the machine's speed "
+            "from run to run (docs/storage.md, \"LangGraph threads\", Cost)."},
 }
 
 
