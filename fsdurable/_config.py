@@ -112,6 +112,13 @@ class Config(Record):
     # `load` (which parses the inline tail's JSON with the document) cost more than that many.
     inline_tail_values: int = 256
 
+    # Default 64 KiB: an adapter's item log (docs/storage.md, "Item logs") is rewritten, its
+    # live items copied into a new log, once the bytes its pops and clears left behind pass this
+    # and the live items' bytes. Without it a session that pops and adds (the Agents SDK's
+    # correction loop) grows its log without bound, on disk and in what a fresh reader scans;
+    # with a smaller one a rewrite (the live items written whole) comes more often.
+    item_log_slack: int = 64 * 1024
+
     # Tools refused in an unattended run (every recovered turn is unattended): a destructive call
     # resumed with nobody present cannot be undone. Hosts extend this with their own names.
     unattended_deny: frozenset[str] = frozenset(
@@ -130,6 +137,8 @@ class Config(Record):
         if self.inline_tail_bytes < 0 or self.inline_tail_values < 0:
             raise ValueError("inline_tail_bytes and inline_tail_values must be >= 0, got "
                              f"{self.inline_tail_bytes!r}, {self.inline_tail_values!r}")
+        if self.item_log_slack < 0:
+            raise ValueError(f"item_log_slack must be >= 0, got {self.item_log_slack!r}")
         if self.max_resume_attempts < 1:
             raise ValueError(f"max_resume_attempts must be >= 1, got {self.max_resume_attempts!r}")
 

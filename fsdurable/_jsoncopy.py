@@ -59,4 +59,24 @@ def json_copy(value: Any) -> Any:
     return json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False))
 
 
-__all__ = ["json_copy"]
+def json_bytes(value: Any) -> bytes:
+    """The JSON text ``json_copy`` reads back, as UTF-8 bytes: orjson's where that is the
+    same (module doc), the standard library's (ASCII, lone surrogates escaped) elsewhere."""
+    if _plain(value, 0):
+        try:
+            return orjson.dumps(value)
+        except (TypeError, ValueError):
+            pass
+    return json.dumps(value, ensure_ascii=True, allow_nan=False).encode("ascii")
+
+
+def json_loads(data: bytes) -> Any:
+    """Read what ``json_bytes`` wrote (orjson; the standard library for what orjson refuses:
+    a lone surrogate's escape, an integer past 64 bits)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
+__all__ = ["json_bytes", "json_copy", "json_loads"]

@@ -1,44 +1,57 @@
 """The Agents SDK adapter's storage (``fsdurable.openai_agents``): how a session holds the SDK's
-items and the adapter's run record. Small functions — how a session stores its items may change;
-nothing else knows the layout: the items in the session's lane ``openai_agents``, the run record
-under ``metadata["openai_agents"]["run"]``.
+items and the adapter's run record. Nothing else knows the layout:
+
+- the items: the session's item log (``_itemlog``; ``history/<id>/items-<n>.log``, named by
+  ``metadata["openai_agents"]["items_log"]``): every ``add_items``, ``pop_item`` and
+  ``clear_session`` is one frame appended and one fdatasync, under the session's commit lock;
+  the document is committed only when the log is created, migrated to or rewritten;
+- the run record under ``metadata["openai_agents"]["run"]``.
+
+A session of an older fsdurable — its items in the lane ``openai_agents`` (segments), or inline
+in the metadata — is read in place; its first write here copies its items into log 0 and
+commits the document naming it (``session_migrated``, reason ``item_log``). The lane's segments
+are then named by nothing and go through the repair gate like any other (``repair_history``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from ._commit import evolve
-from ._errors import InvalidState
-from ._jsoncopy import json_copy
+from . import _fsio
+from ._errors import InvalidState, UnreadableState
+from ._itemlog import (
+    REF,
+    ItemView,
+    encode_frame,
+    encode_header,
+    log_name,
+    read_items,
+    ref_of,
+    scan,
+)
+from ._jsoncopy import json_bytes, json_copy
 from ._model import Session, adapter_ns, with_adapter_ns
 
-KEY = "openai_agents"  # the session metadata key (and lane) this adapter owns
+if TYPE_CHECKING:
+    from ._store import Store
+
+KEY = "openai_agents"  # the session metadata key (and the older layout's lane) this adapter owns
+SOURCE = "openai-agents"  # the source of a session this adapter creates: provenance only
 
 Item = Any  # agents.items.TResponseInputItem: a JSON object
+# an operation on the items: fn(count, item) -> (cut to, items to append, result), or None for
+# nothing to write (its result then None); ``item(i)`` reads item i
+Op = Callable[[int, Callable[[int], Item]], "tuple[int, Sequence[Item], Any] | None"]
 
 
 def _ns(s: Session | None) -> dict[str, Any]:
     return adapter_ns(s, KEY)
 
 
-def items(s: Session | None) -> Sequence[Item]:
-    """The session's items: a lazy sequence (read from the lane's segments as used)."""
+def legacy_items(s: Session | None) -> Sequence[Item]:
+    """The items of a session of the older layout (its lane; lazy), else ()."""
     return s.lanes.get(KEY, ()) if s is not None else ()
-
-
-def with_items(s: Session, new: Sequence[Item]) -> Session:
-    """``s`` holding ``new`` as its items: ``items(s) + tuple(more)`` or ``prefix(items(s), n)``
-    keep what is stored (the commit writes only the new items); empty: the lane is removed."""
-    return evolve(s, lanes={**s.lanes, KEY: new})  # attrs.evolve, its fields looked up once
-
-
-def prefix(got: Sequence[Item], n: int) -> Sequence[Item]:
-    """The first ``n`` items, cutting a stored lane in its document (nothing rewritten)."""
-    from ._history import History
-
-    return got.prefix(n) if isinstance(got, History) else tuple(got)[: max(0, n)]
 
 
 def record(s: Session | None) -> dict[str, Any]:
@@ -46,26 +59,24 @@ def record(s: Session | None) -> dict[str, Any]:
     return dict(rec) if isinstance(rec, dict) else {}
 
 
-def with_record(s: Session, **changes: Any) -> Session:
+def with_record(s: Session, *, seen: dict[str, int] | None = None, **changes: Any) -> Session:
     """``s`` with this adapter's metadata updated (a key set to None is removed; ``items_at``
-    and ``state``/``answers`` go into the run record; ``items``: ``with_items``)."""
-    if "items" in changes:
-        s = with_items(s, changes.pop("items"))
+    and ``state``/``answers`` go into the run record). ``seen``: the item log's reference as
+    the caller counted ``items_at`` from it (``Items.mark``), recorded if it is of the log the
+    document names and further on: a document never names a log end its run record's count
+    is not in (a sync tool that delivers the document first makes the log short, never
+    silently fewer items)."""
     run_keys: dict[str, Any] = {k: changes.pop(k) for k in ("state", "items_at", "answers")
                                 if k in changes}
     if run_keys:  # an explicit run= given with them is applied after them, as before
         merged: dict[str, Any] = {**record(s), **run_keys}
         changes.setdefault("run", merged)
+    if seen is not None:
+        cur = _ns(s).get(REF)
+        if isinstance(cur, dict) and cur.get("n") == seen["n"] \
+                and isinstance(cur.get("at"), int) and seen["at"] > cur["at"]:
+            changes[REF] = dict(seen)
     return with_adapter_ns(s, KEY, **changes)
-
-
-def trimmed(s: Session) -> Session:
-    """``s`` with the items its run record accounts for (what a dead run added after its last
-    checkpoint goes: the resumed run adds it again)."""
-    at = record(s).get("items_at")
-    if not isinstance(at, int):
-        return s
-    return with_items(s, prefix(items(s), at))
 
 
 def _json(value: Any, what: str, sid: str) -> Any:
@@ -78,4 +89,179 @@ def _json(value: Any, what: str, sid: str) -> Any:
                            reason="not_json") from e
 
 
-__all__ = ["KEY", "Item", "items", "prefix", "record", "trimmed", "with_items", "with_record"]
+def _encoded(items: Sequence[Item], sid: str) -> bytes:
+    """The items' JSON array, as ``_json`` would copy them; InvalidState if not JSON."""
+    try:
+        return json_bytes(list(items))
+    except (TypeError, ValueError) as e:
+        raise InvalidState(f"an item of session {sid!r} is not JSON: {e}", session_id=sid,
+                           reason="not_json") from e
+
+
+class Items:
+    """The items of one session of one store (``FileSession``'s storage). Reads take the
+    document as the caller loaded it; writes (``change``) are made under the session's commit
+    lock, which the caller holds."""
+
+    def __init__(self, store: Store, sid: str) -> None:
+        self.store, self.sid = store, sid
+        self._dir = store.layout.history_dir(sid)
+        self._max = store.config.max_file_bytes
+        self._view: ItemView | None = None  # the log last parsed (scan reuses what it can)
+
+    def path(self, n: int) -> str:
+        return f"{self._dir}/{log_name(n)}"
+
+    def _own(self) -> bool:
+        """The session's history directory, never through a symlink (UnreadableState)."""
+        return _fsio.own_dirs(self.store.layout.history, self._dir)
+
+    def view(self, s: Session | None) -> ItemView | None:
+        """The item log ``s`` names, parsed up to its valid end; None if it names none (no
+        items, or the older layout). UnreadableState: ``log_short`` if the log ends before what
+        the document has seen (lost, or not delivered by a sync tool yet), ``corrupt`` if it
+        is not a log."""
+        if s is None or REF not in _ns(s):
+            return None
+        ref = ref_of(s, KEY)
+        v = self._view if self._view is not None and self._view.n == ref["n"] else None
+        path = self.path(ref["n"])
+        v = scan(path, v, self._max) if self._own() else None
+        if v is None or v.end < ref["at"] or v.n != ref["n"]:
+            got = "missing" if v is None else f"valid to byte {v.end}"
+            raise UnreadableState(
+                f"the item log of session {self.sid!r} is short ({got}; its document has seen "
+                f"{ref['at']}): lost, or not delivered by a sync tool yet", path=path,
+                session_id=self.sid, reason="log_short")
+        self._view = v
+        return v
+
+    def count(self, s: Session | None) -> int:
+        v = self.view(s)
+        return v.count if v is not None else len(legacy_items(s))
+
+    def mark(self, s: Session | None) -> tuple[int, dict[str, int] | None]:
+        """How many items there are, and the log reference that says so (``with_record``'s
+        ``seen``; None for a session with no log)."""
+        v = self.view(s)
+        if v is None:
+            return len(legacy_items(s)), None
+        return v.count, {"n": v.n, "at": v.end}
+
+    def read(self, s: Session | None, lo: int, hi: int | None = None) -> list[Item]:
+        """Items ``lo`` .. ``hi - 1`` (None: to the end), parsed afresh."""
+        v = self.view(s)
+        if v is None:
+            got = legacy_items(s)
+            return list(got[lo:hi])
+        hi = v.count if hi is None else min(hi, v.count)
+        if lo >= hi:
+            return []
+        return read_items(self.path(v.n), v, lo, hi, self._max)
+
+    # ------------------------------------------------------------------ writing
+
+    def change(self, s: Session | None, op: Op) -> tuple[Session | None, Any]:
+        """Apply ``op`` to the items of ``s`` (the document as it is on disk, read under the
+        commit lock); returns the document as it now is and ``op``'s result. A session with a
+        log: one frame appended, one fdatasync (and a rewrite when its dead bytes pass
+        ``Config.item_log_slack``). A new session, or one of the older layout: its log written
+        whole, then the document naming it committed."""
+        v = self.view(s)
+        if v is None:
+            return self._first(s, op)
+        got = op(v.count, lambda i: read_items(self.path(v.n), v, i, i + 1, self._max)[0])
+        if got is None:
+            return s, None
+        at, new, out = got
+        frame = encode_frame(at, _encoded(new, self.sid) if new else b"", len(new))
+        path = self.path(v.n)
+        self._own()
+        end = _fsio.append_at(path, v.end, frame, durable=self.store.config.fsync)
+        v.wrote(end - len(frame), frame, at, len(new))
+        assert s is not None
+        if v.end - v.base - v.live > max(self.store.config.item_log_slack, v.live):
+            s = self._rewrite(s, v)
+        return s, out
+
+    def _first(self, s: Session | None, op: Op) -> tuple[Session | None, Any]:
+        """A session with no log: new (``s`` None), or of the older layout (its items read
+        whole, once). Its items after ``op`` go into log 0, written whole; then the document
+        naming it is committed — created, or migrated (``session_migrated``)."""
+        old = list(legacy_items(s))
+        got = op(len(old), old.__getitem__)
+        if got is None:
+            return s, None
+        at, new, out = got
+        items = [*old[:at], *new]
+        data, n = self._whole(items, 0, s)
+        ref = {"n": n, "at": len(data)}
+        if s is None:
+            doc = self.store.create(self.sid, source=SOURCE, metadata={KEY: {REF: ref}})
+            return doc, out
+        lanes = {k: v for k, v in s.lanes.items() if k != KEY}
+        import attrs
+
+        doc = self.store._commit_locked(with_adapter_ns(attrs.evolve(s, lanes=lanes), KEY,
+                                                        items=None, **{REF: ref}), s.version)
+        from . import _events as ev
+
+        self.store.emit(ev.SESSION_MIGRATED, session_id=self.sid, version=doc.version,
+                        reason="item_log", items=len(items))
+        return doc, out
+
+    def _whole(self, items: Sequence[Item], n: int, s: Session | None) -> tuple[bytes, int]:
+        """Log ``n`` written whole (temp, fsync, rename, directory fsync) holding ``items``;
+        a file there that no document names (a first write or rewrite a crash cut short, or
+        another node's not delivered with its document) goes to ``quarantine/`` first, through
+        the repair gate. Returns its bytes and ``n``."""
+        from ._repair import quarantine
+
+        store = self.store
+        data = encode_header(self.sid, store.node_id, n)
+        if items:
+            data += encode_frame(0, _encoded(items, self.sid), len(items))
+        path = self.path(n)
+        if not self._own():
+            _fsio.makedirs(self._dir, durable=store.config.fsync)
+            self._own()
+        st = _fsio.lstat(path)
+        if st is not None:
+            quarantine(store, path, kind="item_log", reason="unnamed_log", expect=st,
+                       session_id=self.sid)
+        _fsio.write_atomic(path, data, durable=store.config.fsync)
+        self._view = None
+        return data, n
+
+    def _rewrite(self, s: Session, v: ItemView) -> Session:
+        """The live items copied into log ``n + 1``, the document naming it committed, then
+        log ``n`` removed (named by nothing now: the store wrote it, and no reader of the new
+        document reads it)."""
+        items = read_items(self.path(v.n), v, 0, v.count, self._max)
+        data, n = self._whole(items, v.n + 1, s)
+        doc = self.store._commit_locked(
+            with_adapter_ns(s, KEY, **{REF: {"n": n, "at": len(data)}}), s.version)
+        _fsio.unlink(self.path(v.n), durable=self.store.config.fsync)
+        return doc
+
+
+def add(new: Sequence[Item]) -> Op:
+    return lambda count, _item: (count, new, None) if new else None
+
+
+def pop(count: int, item: Callable[[int], Item]) -> tuple[int, Sequence[Item], Any] | None:
+    return (count - 1, (), item(count - 1)) if count else None
+
+
+def clear(count: int, _item: Callable[[int], Item]) -> tuple[int, Sequence[Item], Any] | None:
+    return (0, (), None) if count else None
+
+
+def cut_to(n: int) -> Op:
+    """The first ``n`` items kept (what a dead run added after its last checkpoint goes: the
+    resumed run adds it again)."""
+    return lambda count, _item: (n, (), None) if 0 <= n < count else None
+
+
+__all__ = ["KEY", "SOURCE", "Item", "Items", "Op", "add", "clear", "cut_to", "legacy_items",
+           "pop", "record", "with_record"]

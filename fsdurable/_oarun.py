@@ -41,14 +41,15 @@ DRIVER = "openai-agents"
 _FATAL = (UserError, MaxTurnsExceeded, ModelBehaviorError)
 
 
-Storage = Any  # the adapter's storage functions (fsdurable.openai_agents): items, record
+Storage = Any  # the adapter's storage functions (fsdurable.openai_agents): record, with_record
 
 
 class Driver:
     """One SDK run of one turn: the ``TurnRun`` and the SDK objects it translates.
 
-    ``storage`` gives the adapter's storage functions (``items(s)``, ``record(s)``,
-    ``with_record(s, **changes)``), so this module never knows how items are laid out."""
+    ``storage`` gives the adapter's storage functions (``record(s)``, ``with_record(s,
+    **changes)``) and ``session`` counts its items (``FileSession._mark``), so this module
+    never knows how items are laid out."""
 
     def __init__(self, t: TurnRun, session: Any, storage: Storage, effects: Mapping[str, str],
                  answers: list[dict[str, Any]] | None = None) -> None:
@@ -149,9 +150,10 @@ class Driver:
         await run_sync(self._boundary, state)
 
     def _boundary(self, state: str) -> None:
-        n = len(self.st.items(self.fs._load(held=True)))  # what the SDK saved to it so far
+        n, seen = self.fs._mark()  # what the SDK saved to it so far, and the log that says so
         was = self.t.session
-        self.t.boundary("model_call", lambda s: self.st.with_record(s, state=state, items_at=n))
+        self.t.boundary("model_call",
+                        lambda s: self.st.with_record(s, state=state, items_at=n, seen=seen))
         if self.t.session is not was:  # committed: the SDK's next add_items starts from it
             self.fs._doc = self.t.session  # (unread while the file is still that commit)
 
@@ -294,11 +296,12 @@ def composed_hooks(d: Driver, user: Any) -> Any:
 
 
 def continuation(s: Session, *, at: float) -> tuple[Session, list[dict[str, Any]]]:
-    """The begin change of ``continue_run``: the parked run's record (its last checkpoint, the
-    items trimmed to it) with the human's answer to each of its parked calls; a "did not run"
-    answer is marked re-run here (``fsdurable review --rerun`` then refuses it)."""
+    """The begin change of ``continue_run``: the parked run's record (its last checkpoint: the
+    items are cut back to it once the turn has begun) with the human's answer to each of its
+    parked calls; a "did not run" answer is marked re-run here (``fsdurable review --rerun``
+    then refuses it)."""
     from . import _review
-    from ._oaitems import record, trimmed, with_record
+    from ._oaitems import record, with_record
     from .openai_agents import RAN_TEXT
 
     rec = record(s)
@@ -329,7 +332,7 @@ def continuation(s: Session, *, at: float) -> tuple[Session, list[dict[str, Any]
     turn = s.turn
     assert turn is not None
     s = attrs.evolve(s, metadata={**s.metadata, _review.ANSWERS: given})
-    s = with_record(trimmed(s), run={**rec, "turn_id": turn.id, "answers": answers})
+    s = with_record(s, run={**rec, "turn_id": turn.id, "answers": answers})
     return s, answers
 
 

@@ -1,11 +1,11 @@
 """OpenAI Agents SDK (``openai-agents``, module ``agents``) on fsdurable: sessions and durable runs.
 
 - ``FileSession(session_id, store)``: the SDK's ``Session`` protocol (``get_items``,
-  ``add_items``, ``pop_item``, ``clear_session``) on one fsdurable session file. Every mutation is
-  a read-modify-write through the store's one commit function, run off the event loop and
-  shielded (a cancelled mutation happened whole or not at all). A read of a corrupt file raises
-  ``UnreadableState`` and moves nothing; a write first has the repair gate quarantine it (an
-  event). This module imports no ``agents``: the protocol is structural.
+  ``add_items``, ``pop_item``, ``clear_session``) on one fsdurable session. Every mutation is
+  one frame appended to the session's item log and one fdatasync, under the session's commit
+  lock, run off the event loop (a cancelled mutation happened whole or not at all). A read of a
+  corrupt file raises ``UnreadableState`` and moves nothing; a write first has the repair gate
+  quarantine it (an event). This module imports no ``agents``: the protocol is structural.
 - ``run`` / ``run_streamed``: a durable ``Runner.run`` / ``Runner.run_streamed``, the SDK's
   events translated into the one turn protocol (``_oarun``; driver ``openai-agents``, recorded
   in the turn): the route lock held for the whole run; in progress with its marker before the
@@ -14,39 +14,52 @@
 - ``recover(agent, store)``: resumes this driver's interrupted runs through fsdurable's gates,
   UNATTENDED; ``continue_run`` goes on with a run parked for review once a human answered.
 
-The items live in the session's lane ``openai_agents`` (the storage functions: ``_oaitems``):
-write-once segments of ``history/<id>/`` the session document names (docs/storage.md, "Lanes"),
-so ``add_items`` writes the new items and the small document, ``get_items(limit)`` reads the
-segments that hold the last ``limit``, and ``pop_item`` cuts the lane's end in the document
-without rewriting it. The run record lives under ``metadata["openai_agents"]["run"]`` (a paused
-run's state under ``["paused"]``). A session of an older fsdurable (its items in
-``metadata["openai_agents"]["items"]``) is migrated by the repair gate at its first write here
-(``session_migrated``).
+The items live in the session's item log (the storage: ``_oaitems``; docs/storage.md, "Item
+logs"): ``history/<id>/items-<n>.log``, checksummed frames, each an add, a pop or a clear, so
+``add_items`` appends the new items (the session document is not rewritten), ``get_items(limit)``
+parses the frames that hold the last ``limit``, and ``pop_item`` appends a cut. The run record
+lives under ``metadata["openai_agents"]["run"]`` (a paused run's state under ``["paused"]``). A
+session of an older fsdurable (its items in the lane ``openai_agents``, or inline in the
+metadata) is migrated at its first write here (``session_migrated``).
 """
 
 from __future__ import annotations
 
 import contextvars
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from ._aio import run_sync
 from ._async import AsyncStore, StoreLike, as_store
-from ._errors import ConflictError, InvalidState, SessionNotFound, UnreadableState
+from ._errors import InvalidState, SessionNotFound, StorageError, UnreadableState
 from ._layout import validate_session_id
-from ._model import Session, extended
-from ._oaitems import KEY, Item, _json, _ns, items, prefix, record, trimmed, with_items, with_record
+from ._model import Session
+from ._oaitems import (
+    SOURCE,
+    Item,
+    Items,
+    Op,
+    _json,
+    _ns,
+    add,
+    clear,
+    cut_to,
+    pop,
+    record,
+    with_record,
+)
 from ._tools import ToolContext
 
 if TYPE_CHECKING:
     from ._oarun import Driver
     from ._recovery import RecoveryPolicy, RecoveryReport
+    from ._store import Store
     from ._turns import TurnRun
 
 DRIVER = "openai-agents"  # the turn's driver: recovery hands the run to this adapter alone
-SOURCE = DRIVER  # the source of a session this adapter creates: provenance only
 EFFECTS = ("none", "idempotent", "external")
 RAN_TEXT = "the call ran (a human confirmed it after a crash); its output was not recorded"
 
@@ -70,13 +83,11 @@ class FileSession:
         self.session_settings = session_settings
         self.astore = store if isinstance(store, AsyncStore) else AsyncStore(as_store(store))
         self.store = self.astore.store
-        # the document this session last read or committed in ``_mutate`` (under the commit
-        # lock): reused while the file on disk is still that commit (``_mutate``)
+        self._items = Items(self.store, self.session_id)
+        # the document this session last read or committed under the commit lock: while the
+        # file on disk is still that commit (Store._load_known, by its stat), it is not parsed
         self._doc: Session | None = None
-        # another writer changed the file under ``_doc`` at the last mutation: the next one
-        # asks the file first (a changed file is parsed once, not by the compare-and-swap and
-        # then again)
-        self._shared = False
+        self._mu = threading.Lock()  # the item log's view: one thread parses it at a time
 
     def __repr__(self) -> str:
         return f"FileSession({self.session_id!r}, {self.store.root!r})"
@@ -84,7 +95,8 @@ class FileSession:
     async def get_items(self, limit: int | None = None) -> list[Item]:
         """The latest ``limit`` items in chronological order (None: the session settings'
         limit, else all; 0: none; negative: all, as ``SQLiteSession``). ``UnreadableState`` if
-        the file is corrupt (left where it is: ``fsdurable doctor`` reports it)."""
+        the file is corrupt (left where it is: ``fsdurable doctor`` reports it), or if its item
+        log is short (reason ``log_short``: lost, or not delivered by a sync tool yet)."""
         if limit is None:
             limit = getattr(self.session_settings, "limit", None)
         if limit == 0:
@@ -95,25 +107,33 @@ class FileSession:
     async def add_items(self, new: list[Item]) -> None:
         if not new:
             return
-        add = tuple(_json(list(new), "an item", self.session_id))
-        await run_sync(self._mutate, lambda cur: (extended(cur, *add), None))
+        await run_sync(self._mutate, add(list(new)))
 
     async def pop_item(self) -> Item | None:
-        def pop(cur: Sequence[Item]) -> tuple[Sequence[Item], Item | None]:
-            n = len(cur)
-            return (prefix(cur, n - 1), cur[n - 1]) if n else (cur, None)
-
         out: Item | None = await run_sync(self._mutate, pop)
         return out
 
     async def clear_session(self) -> None:
-        await run_sync(self._mutate, lambda cur: ((), None) if len(cur) else (cur, None))
+        await run_sync(self._mutate, clear)
 
     def _read(self, limit: int | None) -> list[Item]:
-        """The last ``limit`` items (None or negative: all), reading only the segments that
+        """The last ``limit`` items (None or negative: all), reading only the frames that
         hold them; each read parses them afresh (the caller may change what it gets)."""
-        got = items(self._load())
-        return list(got if limit is None or limit < 0 else got[-limit:])
+        s = self._load()
+        with self._mu:
+            n = self._items.count(s)
+            return self._items.read(s, 0 if limit is None or limit < 0 else max(0, n - limit))
+
+    def _mark(self) -> tuple[int, dict[str, int] | None]:
+        """How many items the session holds, and the log reference that says so (a durable
+        run's checkpoint records both: ``_oaitems.with_record``)."""
+        s = self._load(held=True)
+        with self._mu:
+            return self._items.mark(s)
+
+    def _count_of(self, s: Session) -> int:
+        with self._mu:
+            return self._items.count(s)
 
     def _load(self, *, held: bool = False) -> Session | None:
         """The session (None if missing); a bad file raises and stays where it is. ``held``:
@@ -124,52 +144,18 @@ class FileSession:
         except SessionNotFound:
             return None
 
-    def _mutate(self, fn: Callable[[Sequence[Item]], tuple[Sequence[Item], Any]]) -> Any:
-        """``fn(items) -> (new items, result)`` committed (nothing if it returns the same
-        sequence). A write: a bad file is quarantined and an older session migrated by the
-        repair gate first (each an event). The document held from the last mutation is used
-        as it is, the file judged by the commit's compare-and-swap (``_apply``); after another
-        writer was met, by ``Store._load_known`` first (an ``lstat``), until the file is found
-        as this session left it."""
+    def _mutate(self, op: Op) -> Any:
+        """``op`` applied to the items under the session's commit lock (``_oaitems.Items``:
+        one frame appended to the item log and one fdatasync). A write: a bad file is
+        quarantined and an older session migrated by the repair gate first (each an event)."""
         sid = self.session_id  # validated once, by __init__
         with self.store._commit_lock(sid):
-            doc, self._doc = self._doc, None  # set again only once this mutation succeeded
-            if doc is not None and not self._shared:
-                return self._apply(sid, doc, fn, held=True)
-            s = self._current(sid, doc)
-            if doc is not None:
-                self._shared = s is not doc
-            return self._apply(sid, s, fn, held=s is not None and s is doc)
-
-    def _apply(self, sid: str, s: Session | None,
-               fn: Callable[[Sequence[Item]], tuple[Sequence[Item], Any]], *, held: bool) -> Any:
-        """``fn`` applied to ``s``'s items and committed. ``held``: ``s`` is the document
-        committed or read here last, not checked against the file: a mutation that writes
-        leaves that to the commit's compare-and-swap, which judges the file as ``_current``
-        would (by stat, a recent one confirmed from its first bytes) before anything is
-        written — another commit there (ConflictError) or a file it cannot read
-        (UnreadableState) is read again through ``_current`` (quarantined if bad, migrated if
-        old) and ``fn`` applied to that; one that writes nothing confirms it here."""
-        cur = items(s)
-        new, out = fn(cur)
-        if new is cur:
-            if held:
-                got = self._current(sid, s)
-                if got is not s:
-                    self._shared = True
-                    return self._apply(sid, got, fn, held=False)
-            self._doc = s
-        elif s is None:
-            self._doc = self.store.create(sid, source=SOURCE, lanes={KEY: new})
-        else:
-            try:
-                self._doc = self.store._commit_locked(with_items(s, new), s.version)
-            except (ConflictError, UnreadableState):
-                if not held:
-                    raise
-                self._shared = True
-                return self._apply(sid, self._current(sid, None), fn, held=False)
-        return out
+            s = self._current(sid, self._doc)
+            self._doc = None  # set again only once this mutation succeeded
+            with self._mu:
+                doc, out = self._items.change(s, op)
+            self._doc = doc
+            return out
 
     def _current(self, sid: str, known: Session | None) -> Session | None:
         """The session on disk (``known`` while the file is still that commit; None if
@@ -278,7 +264,7 @@ def run_streamed(agent: Any, input: Any, *, session: FileSession, attended: bool
     def change(s: Session) -> Session:
         assert s.turn is not None
         rec = {**run, "agent": getattr(agent, "name", ""), "turn_id": s.turn.id,
-               "items_at": len(items(s))}
+               "items_at": session._count_of(s)}
         return with_record(s, run=rec, paused=None)
 
     async def begin() -> tuple[Driver, Any]:
@@ -358,10 +344,13 @@ async def continue_run(agent: Any, *, session: FileSession, attended: bool = Fal
 
     t = await TurnRun.abegin(session.store, session.session_id, driver=DRIVER,
                              attended=attended, change=change, lock_timeout=lock_timeout)
+    rec = record(t.session)
+    if isinstance(rec.get("items_at"), int):  # the items back to the run's last checkpoint
+        await run_sync(session._mutate, cut_to(rec["items_at"]))
     d = _driver(t, session, eff, debounce, got[0])
     from ._oarun import start_of
 
-    start = await start_of(d, agent, record(t.session))
+    start = await start_of(d, agent, rec)
     async for _ in d.stream(agent, start, hooks, runner_kwargs):
         pass
     return d.result
@@ -411,7 +400,10 @@ class _Host:
         if not rec:
             raise InvalidState(f"session {s.id!r}: the interrupted run has no run record",
                                session_id=s.id, reason="no_run_record")
-        await run_sync(t.commit, trimmed, phase="resumed")
+        at = rec.get("items_at")
+        if isinstance(at, int):  # what the dead run added after its last checkpoint goes
+            await run_sync(fs._mutate, cut_to(at))
+        await run_sync(t.commit, None, phase="resumed")
         d = _driver(t, fs, self.effects, self.debounce, rec.get("answers"))
         start = await start_of(d, agent, rec)
         async for _ in d.stream(agent, start, self.hooks, self.kwargs):
@@ -436,11 +428,16 @@ async def recover(agent: Any, store: StoreLike = None,
     host = _Host(agent, astore, _effects(effects), debounce, hooks, runner_kwargs)
     return await arecover(astore.store, host, policy, select=select)
 
-def describe(s: Session) -> dict[str, Any]:
-    """What ``fsdurable show`` says of an Agents SDK session (its metadata only; no framework
-    import): how many items it holds, and its run record's state if a run is recorded."""
-    return {"kind": "openai-agents session", "items": len(items(s)),
-            "run": record(s).get("state")}
+def describe(store: Store, s: Session) -> dict[str, Any]:
+    """What ``fsdurable show`` says of an Agents SDK session (no framework import): how many
+    items it holds (its item log's frame headers; ``unreadable`` if the log is short or bad),
+    and its run record's state if a run is recorded."""
+    out: dict[str, Any] = {"kind": "openai-agents session", "run": record(s).get("state")}
+    try:
+        out["items"] = Items(store, s.id).count(s)
+    except (UnreadableState, StorageError) as e:
+        out["unreadable"] = f"{e.reason}: {e.message}"
+    return out
 
 
 __all__ = ["DurableStream", "FileSession", "RunOutcome", "continue_run", "current_call",

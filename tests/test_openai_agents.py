@@ -239,9 +239,12 @@ def test_a_corrupt_store_never_breaks_the_session(kind: str, tmp_path: Path) -> 
         assert (await s.get_items())[-1] == msg(3)
 
     run(main())
-    if kind == "file":  # moved aside, never deleted, with an event
-        q = list((tmp_path / "store" / "quarantine").iterdir())
-        assert len(q) == 1 and q[0].read_bytes() == b'{"format": "fsdurable.ses'
+    if kind == "file":  # moved aside, never deleted, with an event: the document, and the
+        # item log it named (named by nothing once the session started over)
+        q = sorted((tmp_path / "store" / "quarantine").iterdir(),
+                   key=lambda p: p.name.endswith(".log"))
+        assert len(q) == 2 and q[0].read_bytes() == b'{"format": "fsdurable.ses'
+        assert q[1].name.endswith("items-000000.log") and b"m2" in q[1].read_bytes()
         codes = [e.code for e in fsdurable.Store(tmp_path / "store").events("s1")]
         assert "session_quarantined" in codes
 
@@ -252,10 +255,13 @@ def test_non_json_items_are_refused_and_nothing_is_lost(tmp_path: Path) -> None:
         await s.add_items([msg(1)])
         with pytest.raises(fsdurable.InvalidState):
             await s.add_items([{"x": object()}])
-        for bad in ({"n": 2**70}, {"x": [float("nan")]}, {"x": {"y": float("-inf")}}):
-            with pytest.raises(fsdurable.InvalidState):  # never stored changed (as a float,
-                await s.add_items([msg(2), bad])         # or null): refused whole
+        for bad in ({"x": [float("nan")]}, {"x": {"y": float("-inf")}}):
+            with pytest.raises(fsdurable.InvalidState):  # never stored changed (as null):
+                await s.add_items([msg(2), bad])         # refused whole
         assert await s.get_items() == [msg(1)]
+        await s.add_items([{"n": 2**70}, {"s": "\ud800"}])  # as SQLiteSession's json.dumps:
+        assert await make("file", tmp_path).get_items() == [  # read back exactly
+            msg(1), {"n": 2**70}, {"s": "\ud800"}]
 
     run(main())
 

@@ -90,7 +90,9 @@ def test_an_effectful_approved_call_in_doubt_is_parked(tmp_path: Path) -> None:
 
 
 def oa_items(root: Path) -> list[Any]:
-    return list(fsdurable.Store(root).load("chat").lanes.get("openai_agents", ()))
+    from fsdurable.openai_agents import FileSession
+
+    return list(asyncio.run(FileSession("chat", fsdurable.Store(root)).get_items()))
 
 
 @pytest.mark.parametrize("source", ["desktop", "api"])

@@ -144,7 +144,7 @@ def _adapter(st: Any, s: Any) -> dict[str, Any] | None:
         if owner == "openai-agents":
             from ..openai_agents import describe as describe_oa
 
-            return describe_oa(s)
+            return describe_oa(st, s)
         if owner == "pydantic-ai":
             from ..pydantic_ai import describe as describe_pa
 

@@ -155,7 +155,7 @@ def worker(root: str, world: str, wid: int, seed: int) -> None:
 
 def check_final(store: Any, world: str) -> tuple[list[str], dict[str, int]]:
     from fsdurable._errors import FsDurableError
-    from fsdurable.openai_agents import items
+    from fsdurable._oaitems import Items
 
     out: list[str] = []
     stats: Counter[str] = Counter()
@@ -183,7 +183,7 @@ def check_final(store: Any, world: str) -> tuple[list[str], dict[str, int]]:
             f"times: {key}" for (k, key), n in per.items() if n > 1]
     for sid in store.sessions():
         try:
-            got = items(store.load(sid))
+            got = Items(store, sid).read(store.load(sid), 0)
         except FsDurableError as e:
             out.append(f"session {sid} unreadable: {e}")
             continue

@@ -1,0 +1,246 @@
+"""An adapter's item log: a session's items as checksummed frames, one fdatasync per change.
+
+Framework-free; ``fsdurable._oaitems`` (the Agents SDK's ``FileSession``) writes it. On disk
+(docs/storage.md, "Item logs")::
+
+    history/<id>/items-<n:06d>.log     log number n of the session's items (a new n when the
+                                       log is rewritten: the live items copied into it whole)
+
+The file starts with one JSON line (``schemas/itemlog.schema.json``: format, session id, the
+node that wrote it, ``n``), then frames::
+
+    frame := MAGIC (4 bytes) | length of body (u32, big-endian) | crc32 of body (u32) | body
+    body  := header (one JSON line, ``schemas/itemframe.schema.json``: at, n) | JSON array
+
+A frame says: the items are cut to the first ``at``, then the ``n`` items of its array are
+appended (an add: ``at`` = the count; a pop: ``at`` = count - 1, no item; a clear: 0). Frames
+are valid from the start of the file up to the first one that is torn or wrong (bad magic,
+length past the end, crc, header, an ``at`` past the count): the rest is a TORN TAIL, ignored
+by every reader and cut by the next writer (``_fsio.append_at``). The session document names
+its log and the end of the frames it has seen, ``{"n": n, "at": offset}`` under the key
+``items_log`` of an adapter's metadata namespace: a log whose valid frames end before ``at``
+is short (lost, or not delivered by a sync tool yet), never read as fewer items.
+
+Parsing is incremental (an ``ItemView`` remembers where it stopped, keyed by the file's
+identity) and reads frame headers only; the items of a frame are parsed when asked for.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import attrs
+
+from . import _fsio
+from ._errors import UnreadableState
+
+LOG_FORMAT = "fsdurable.itemlog/1"
+FRAME_FORMAT = "fsdurable.itemframe/1"
+MAGIC = b"\x1eITM"
+REF = "items_log"  # the key of an adapter namespace's log reference: {"n": int, "at": int}
+_ENV = struct.Struct(">4sII")  # magic, body length, crc32(body)
+LOG_RE = re.compile(r"items-(\d{6})\.log")
+
+
+def log_name(n: int) -> str:
+    return f"items-{n:06d}.log"
+
+
+def encode_header(session_id: str, node_id: str | None, n: int) -> bytes:
+    import orjson
+
+    return orjson.dumps({"format": LOG_FORMAT, "session_id": session_id, "node_id": node_id,
+                         "n": n}) + b"\n"
+
+
+def encode_frame(at: int, items: bytes, n: int) -> bytes:
+    """A frame: cut to ``at``, then append ``n`` items (``items``: their JSON array bytes)."""
+    import orjson
+
+    body = orjson.dumps({"format": FRAME_FORMAT, "at": at, "n": n}) + b"\n" + items
+    return _ENV.pack(MAGIC, len(body), zlib.crc32(body)) + body
+
+
+def refs(s: Any) -> dict[str, dict[str, int]]:
+    """The item logs a parsed session document names, by metadata namespace (a malformed
+    reference is left out: ``ref_of`` raises for it)."""
+    out: dict[str, dict[str, int]] = {}
+    for key, ns in (getattr(s, "metadata", None) or {}).items():
+        if isinstance(ns, dict) and REF in ns:
+            try:
+                out[key] = ref_of(s, key)
+            except UnreadableState:
+                continue
+    return out
+
+
+def ref_of(s: Any, key: str) -> dict[str, int]:
+    """The log reference under ``metadata[key]``; UnreadableState (``corrupt``) if malformed."""
+    ns = s.metadata.get(key)
+    ref = ns.get(REF) if isinstance(ns, dict) else None
+    if not (isinstance(ref, dict) and type(ref.get("n")) is int and type(ref.get("at")) is int
+            and 0 <= ref["n"] < 10**6 and ref["at"] >= 0):
+        raise UnreadableState(f"session {s.id!r} names no valid item log ({ref!r})",
+                              session_id=s.id, reason="corrupt")
+    return {"n": ref["n"], "at": ref["at"]}
+
+
+@attrs.define
+class ItemView:
+    """What the valid frames of one log file say, parsed up to ``end``. ``frames`` holds the
+    live ones: ``[first item index, offset of the items array, its length, live items]``."""
+
+    key: tuple[int, int]  # (st_dev, st_ino) of the file parsed
+    base: int  # end of the file's header line
+    n: int  # the log number its header names
+    end: int = 0  # end of the last valid frame
+    count: int = 0  # items after the last valid frame
+    frames: list[list[int]] = attrs.Factory(list)
+    live: int = 0  # bytes of the live frames' arrays (the rest of the file is dead: a rewrite)
+    torn: bool = False  # parsing stopped on bytes that are no valid frame
+
+    def apply(self, at: int, offset: int, length: int, n: int) -> None:
+        """Take one frame (valid: ``at`` <= ``count``): cut, then append."""
+        frames = self.frames
+        while frames and frames[-1][0] >= at:
+            self.live -= frames.pop()[2]
+        if frames and frames[-1][0] + frames[-1][3] > at:
+            frames[-1][3] = at - frames[-1][0]
+        if n:
+            frames.append([at, offset, length, n])
+            self.live += length
+        self.count = at + n
+
+    def feed(self, data: bytes, at: int, max_frame: int, size: int | None = None) -> int:
+        """Parse the frames of ``data`` (the file's bytes from offset ``at`` = ``self.end``);
+        returns how many bytes were consumed. Stops at a torn or wrong frame (``torn``), or at
+        a frame cut by the end of ``data`` when the file (``size`` bytes) holds more of it."""
+        import orjson
+
+        i = 0
+        whole = size is None or at + len(data) >= size
+        while True:
+            if i + _ENV.size > len(data):
+                self.torn = self.torn or (whole and i < len(data))
+                break
+            magic, n, crc = _ENV.unpack_from(data, i)
+            if magic != MAGIC or n > max_frame:
+                self.torn = True
+                break
+            if i + _ENV.size + n > len(data):
+                self.torn = whole
+                break
+            start = i + _ENV.size
+            body = bytes(memoryview(data)[start:start + n])
+            nl = body.find(b"\n")
+            hdr: Any = None
+            if zlib.crc32(body) == crc and nl >= 0:
+                try:
+                    hdr = orjson.loads(body[:nl])
+                except orjson.JSONDecodeError:
+                    hdr = None
+            if not (isinstance(hdr, dict) and hdr.get("format") == FRAME_FORMAT
+                    and type(hdr.get("at")) is int and type(hdr.get("n")) is int
+                    and 0 <= hdr["at"] <= self.count and hdr["n"] >= 0
+                    and (hdr["n"] == 0) == (nl == len(body) - 1)):
+                self.torn = True
+                break
+            self.apply(hdr["at"], at + start + nl + 1, n - nl - 1, hdr["n"])
+            i = start + n
+            self.end = at + i
+        return i
+
+    def wrote(self, at: int, frame: bytes, cut: int, n: int) -> None:
+        """Take the frame this process just appended at ``at`` as ``feed`` would parse it,
+        without reading it back (tests/test_item_log.py checks that a reader parses the same)."""
+        nl = frame.index(b"\n", _ENV.size)
+        self.apply(cut, at + nl + 1, len(frame) - nl - 1, n)
+        self.end = at + len(frame)
+
+    def spans(self, lo: int, hi: int) -> Iterator[tuple[int, int, int, int, int]]:
+        """The live frames holding items ``lo`` .. ``hi - 1``: (first, offset, length, skip,
+        take) — parse the frame's array, then take ``take`` items from ``skip``."""
+        for first, off, length, live in self.frames:
+            if first + live <= lo or first >= hi:
+                continue
+            skip = max(lo - first, 0)
+            yield first, off, length, skip, min(hi, first + live) - first - skip
+
+
+def scan(path: str, view: ItemView | None, max_frame: int) -> ItemView | None:
+    """The view of the log at ``path`` brought up to date (``view``: what was parsed before,
+    reused if it is of the same file and the file did not shrink); None if there is no file.
+    UnreadableState (``corrupt``) if its header is not a log's (a torn header included: a log
+    is always written whole before any document names it)."""
+    st = _fsio.lstat(path)
+    if st is None:
+        return None
+    key = (st.st_dev, st.st_ino)
+    if view is None or view.key != key or st.st_size < view.end:
+        hdr, base, st = header_line(path)
+        view = ItemView(key=(st.st_dev, st.st_ino), base=base, n=hdr["n"], end=base)
+    if view.torn and st.st_size >= view.end:
+        view.torn = False  # look again: a writer may have cut the tail and appended since
+    at = view.end
+    while at < st.st_size and not view.torn:
+        data, st = _fsio.read_span(path, at, max_frame + _ENV.size)
+        used = view.feed(data, at, max_frame, st.st_size)
+        if used == 0:
+            break
+        at += used
+    return view
+
+
+def header_line(path: str) -> tuple[dict[str, Any], int, Any]:
+    """The log's header line, where it ends, and the file's stat."""
+    import orjson
+
+    data, st = _fsio.read_span(path, 0, 4096)
+    nl = data.find(b"\n")
+    try:
+        hdr = orjson.loads(data[:nl]) if nl >= 0 else None
+    except orjson.JSONDecodeError:
+        hdr = None
+    if not (isinstance(hdr, dict) and hdr.get("format") == LOG_FORMAT
+            and type(hdr.get("n")) is int):
+        raise UnreadableState(f"item log {path} has no valid header", path=path,
+                              reason="corrupt")
+    return hdr, nl + 1, st
+
+
+def read_items(path: str, view: ItemView, lo: int, hi: int, max_frame: int) -> list[Any]:
+    """Items ``lo`` .. ``hi - 1`` of the log, parsed afresh from the frames that hold them."""
+    from ._jsoncopy import json_loads
+
+    out: list[Any] = []
+    for _first, off, length, skip, take in view.spans(lo, hi):
+        data, _ = _fsio.read_span(path, off, min(length, max_frame))
+        try:
+            arr = json_loads(data) if len(data) == length else None
+        except ValueError:
+            arr = None
+        if not isinstance(arr, list) or len(arr) < skip + take:
+            raise UnreadableState(f"item log {path}: the frame at {off} does not read",
+                                  path=path, reason="corrupt")
+        out.extend(arr[skip:skip + take])
+    return out
+
+
+def check(path: str, at: int, max_frame: int) -> ItemView:
+    """The log's view, confirmed to hold what a document naming ``at`` has seen: ``log_short``
+    (UnreadableState) if it is missing or its valid frames end before ``at``."""
+    view = scan(path, None, max_frame)
+    if view is None or view.end < at:
+        got = "missing" if view is None else f"valid to {view.end}"
+        raise UnreadableState(f"item log {path} is short ({got}; the document has seen {at})",
+                              path=path, reason="log_short")
+    return view
+
+
+__all__ = ["FRAME_FORMAT", "LOG_FORMAT", "LOG_RE", "MAGIC", "REF", "ItemView", "check",
+           "encode_frame", "encode_header", "header_line", "log_name", "read_items", "ref_of",
+           "refs", "scan"]
