@@ -363,6 +363,7 @@ class _Scan:
                              repair="release them (archive_pruned event); this node's are then "
                              "removed (segment_removed events)",
                              fix=lambda sid=sid: prune_archive(self.store, sid))
+                self.item_logs(sid, s)
             except HistoryUnavailable as e:
                 waiting = e.reason == "waiting_for_sync"
                 self.add("history_waiting" if waiting else "history_unreadable",
@@ -387,6 +388,38 @@ class _Scan:
             for a in acts:
                 if a.action == _repair.WAITING:
                     self.declined(a, a.path)
+
+    def item_logs(self, sid: str, s: Session) -> None:
+        """Each item log the document names (docs/storage.md, "Item logs"): short (lost, or
+        not delivered by a sync tool yet), unreadable, or with a torn tail (a write a crash cut
+        short: readers ignore it, the next write cuts it). Reported only: nothing to repair."""
+        from ._itemlog import REF, log_name, ref_of, scan
+
+        for key in sorted(s.metadata):
+            ns = s.metadata[key]
+            if not (isinstance(ns, dict) and REF in ns):
+                continue
+            directory = self.store.layout.history_dir(sid)
+            try:
+                ref = ref_of(s, key)
+                path = f"{directory}/{log_name(ref['n'])}"
+                _fsio.own_dirs(self.store.layout.history, directory)
+                view = scan(path, None, self.store.config.max_file_bytes)
+            except UnreadableState as e:
+                if e.reason == "not_a_directory":
+                    continue  # reported as history_not_a_directory
+                self.add("item_log_unreadable", e.path or self.store.layout.session(sid),
+                         f"{e.message}; left as it is", session_id=sid)
+                continue
+            if view is None or view.end < ref["at"]:
+                got = "missing" if view is None else f"valid to byte {view.end}"
+                self.add("item_log_short", path, f"the item log is {got}, shorter than its "
+                         f"document has seen ({ref['at']}): lost, or not delivered by a sync "
+                         "tool yet; left as it is", session_id=sid)
+            elif view.torn:
+                self.add("item_log_torn_tail", path, f"bytes after the last valid frame "
+                         f"(byte {view.end}): a write a crash cut short; readers ignore them, "
+                         "the next write cuts them", severity=INFO, session_id=sid)
 
     def repair_fix(self, sid: str) -> Any:
         return self.gate_fix(lambda: _repair.repair_marker(self.store, sid))

@@ -27,6 +27,7 @@ identity) and reads frame headers only; the items of a frame are parsed when ask
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 import zlib
@@ -241,6 +242,18 @@ def check(path: str, at: int, max_frame: int) -> ItemView:
     return view
 
 
+def logs_ready(history_dir: str, s: Any, max_frame: int) -> None:
+    """Every item log the document ``s`` names reaches what it has seen (``check``);
+    UnreadableState (``log_short``, ``corrupt``) for the first that does not."""
+    for key in sorted(s.metadata):
+        ns = s.metadata[key]
+        if isinstance(ns, dict) and REF in ns:
+            ref = ref_of(s, key)
+            _fsio.own_dirs(os.path.dirname(history_dir), history_dir)
+            check(f"{history_dir}/{log_name(ref['n'])}", ref["at"], max_frame)
+
+
 __all__ = ["FRAME_FORMAT", "LOG_FORMAT", "LOG_RE", "MAGIC", "REF", "ItemView", "check",
-           "encode_frame", "encode_header", "header_line", "log_name", "read_items", "ref_of",
+           "encode_frame", "encode_header", "header_line", "log_name", "logs_ready", "read_items",
+           "ref_of",
            "refs", "scan"]

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import _fsio
-from ._errors import InvalidState, UnreadableState
+from ._errors import ConflictError, InvalidState, UnreadableState
 from ._itemlog import (
     REF,
     ItemView,
@@ -192,6 +192,9 @@ class Items:
         got = op(len(old), old.__getitem__)
         if got is None:
             return s, None
+        if s is None and _fsio.lstat(self.store.layout.session(self.sid)) is not None:
+            raise ConflictError(f"session {self.sid!r} exists: its item log is never started "
+                                "over", session_id=self.sid, reason="exists")
         at, new, out = got
         items = [*old[:at], *new]
         data, n = self._whole(items, 0, s)

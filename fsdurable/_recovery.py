@@ -107,7 +107,7 @@ def _plan(store: Store, m: Marker, pol: RecoveryPolicy, loop: Host | None,
             any(loop is None or not host_rerun_safe(loop, store, e.name) for e in in_doubt(s)):
         return attrs.evolve(base, outcome="would_review", reason="in_doubt")
     if outcome == "would_resume" and s is not None:  # as the real claim: the history it reads
-        waiting = waiting_for(loop, s)
+        waiting = waiting_for(loop, s, store)
         if waiting is not None:
             cause, err = waiting
             return attrs.evolve(base, outcome="waiting_for_sync", reason=cause,

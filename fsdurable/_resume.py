@@ -310,7 +310,7 @@ def _claim(store: Store, loop: Host, marker: Marker, pol: RecoveryPolicy, adopt:
     # the history the resume reads must be on disk BEFORE the attempt is spent: a document
     # that a sync tool delivered before its segments (or a LangGraph thread's log) is
     # waiting for sync, never a failed attempt (read at execution time: no gate reads it)
-    waiting = waiting_for(loop, s)
+    waiting = waiting_for(loop, s, store)
     if waiting is not None:
         return _waiting(store, s, base, *waiting)
     attempt = s.turn.resume_attempts + 1
@@ -336,22 +336,28 @@ def read_history(s: Session) -> None:
         tuple(values)
 
 
-def history_ready(host: Host | None, s: Session) -> None:
-    """Raise if the history resuming ``s`` needs is not readable (the host says what that is)."""
+def history_ready(host: Host | None, s: Session, store: Store | None = None) -> None:
+    """Raise if the history resuming ``s`` needs is not readable (the host says what that is;
+    with ``store``, every item log the document names must reach what it has seen too)."""
     check = getattr(host, "history_ready", None)
     if check is not None:
         check(s)
     else:
         read_history(s)
+    if store is not None:
+        from ._itemlog import logs_ready
+
+        logs_ready(store.layout.history_dir(s.id), s, store.config.max_file_bytes)
 
 
-def waiting_for(host: Host | None, s: Session) -> tuple[str, Exception] | None:
+def waiting_for(host: Host | None, s: Session,
+                store: Store | None = None) -> tuple[str, Exception] | None:
     """(why the history resuming ``s`` needs is waiting for sync, the error met), or None: it
     reads — or it fails another way (corrupt, short, the disk's EIO, a host's own check that
     raised), which the resume itself then meets and fails its attempt on, as it did before this
     check: the check only ever puts a resume off, it never stops recovery of the others."""
     try:
-        history_ready(host, s)
+        history_ready(host, s, store)
     except Exception as e:  # the resume meets it again, inside its own guard
         cause = waiting_cause(e)
         return None if cause is None else (cause, e)

@@ -31,6 +31,7 @@ from . import _events as ev
 from . import _fsio
 from ._errors import FsDurableError, HistoryUnavailable, StorageError, UnreadableState
 from ._history import NAME_RE, History
+from ._itemlog import LOG_RE, log_name, refs
 from ._names import NameKind, classify
 from ._repair import NOTHING, WAITING, Act, judge_session
 from ._store import Store
@@ -43,9 +44,9 @@ _HEAD = 4096  # a segment's node_id sits in its first bytes (format, session_id,
 
 
 def _chain_names(s: object) -> set[str]:
-    """Every segment name a parsed session's history and lanes name (HistoryUnavailable if a
-    chain does not read)."""
-    out: set[str] = set()
+    """Every segment name a parsed session's history and lanes name, and the item logs it
+    names (HistoryUnavailable if a chain does not read)."""
+    out: set[str] = {log_name(r["n"]) for r in refs(s).values()}
     lanes = getattr(s, "lanes", None) or {}
     for seq in (getattr(s, "messages", None), *lanes.values()):
         if isinstance(seq, History) and seq.chain is not None:
@@ -123,7 +124,8 @@ def repair_history(store: Store, sid: str, *, dry_run: bool = False) -> list[Act
         for name in sorted(names):
             path = os.path.join(directory, name)
             is_temp = classify(name)[0] is NameKind.TEMP
-            if name in keep or not (is_temp or NAME_RE.fullmatch(name)):
+            if name in keep or not (is_temp or NAME_RE.fullmatch(name)
+                                    or LOG_RE.fullmatch(name)):
                 continue  # named by a document, or not a file of ours
             st = _fsio.lstat(path)
             if st is None or now - st.st_mtime < store.config.segment_grace:

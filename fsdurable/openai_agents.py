@@ -168,7 +168,9 @@ class FileSession:
         except UnreadableState:
             from ._repair import repair_session
 
-            repair_session(self.store, sid)
+            repair_session(self.store, sid)  # a bad file is moved aside (an event) ...
+            if self.store._disk_version(sid):  # ... one it must leave (a newer fsdurable's,
+                raise  # another node's turn) is never written over, nor is the log it names
             return None
         if s is known:
             return s  # read or committed here before: checked then

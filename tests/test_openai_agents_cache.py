@@ -1,10 +1,9 @@
-"""FileSession keeps the document it last committed and reuses it for its next mutation only
-while the file on disk is still that commit: a mutation that writes commits what it derives from
-it and the commit's compare-and-swap judges the file (by stat, a recent stat confirmed from the
-file's first bytes), one that writes nothing asks ``Store._load_known`` (judged alike). Whatever
-replaced the file meanwhile — another process's commit, a sync tool's older copy or another
-node's commit of the same version, a corrupt file, an older or a newer format, a deletion — is
-read again, never written over from the stale copy."""
+"""FileSession keeps the document it last committed and its item log's view, and reuses them
+only while the files on disk are still those: the document judged by ``Store._load_known`` (by
+stat, a recent stat confirmed from the file's first bytes), the log by its identity and size.
+Whatever replaced either meanwhile — another process's appends, a sync tool's older copy or
+another node's log, a corrupt document, an older or a newer format, a deletion — is read
+again, never written over from the stale copy."""
 
 from __future__ import annotations
 
@@ -36,6 +35,8 @@ def doc(root: Path, sid: str = "s1") -> Path:
 def test_a_mutation_parses_the_document_only_when_it_changed(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch
                                                               ) -> None:
+    """The items live in the item log: a mutation appends a frame and commits no document, so
+    the document, unchanged, is never parsed again — by this session or by another writer's."""
     root = tmp_path / "store"
     s = FileSession("s1", fsdurable.Store(root))
     parsed: list[str] = []
@@ -58,30 +59,15 @@ def test_a_mutation_parses_the_document_only_when_it_changed(tmp_path: Path,
     run(main())
     assert parsed == []  # every mutation after the first reused the document it committed
     other = FileSession("s1", fsdurable.Store(root))
-    run(other.add_items([msg(7)]))  # another writer's
+    run(other.add_items([msg(7)]))  # another writer's first look parses the document once
+    assert parsed == ["s1"]
     parsed.clear()
-    run(s.add_items([msg(8)]))
-    assert parsed == ["s1", "s1"]  # the compare-and-swap's read (ConflictError), the re-read
-    for i, want in ((9, 3), (10, 2), (11, 2)):  # writers taking turns: each asks the file
-        parsed.clear()  # first once it met the other (other's first meeting: two parses)
+    for i in range(8, 11):  # writers taking turns: the document never changed, never parsed
         run(other.add_items([msg(f"o{i}")]))
         run(s.add_items([msg(i)]))
-        assert parsed == ["s1"] * want  # then each change is parsed once, by its reader
-    asked: list[str] = []
-    known = s.store._load_known
-
-    def asking(sid: str, doc: Any) -> Any:
-        asked.append(sid)
-        return known(sid, doc)
-
-    monkeypatch.setattr(s.store, "_load_known", asking)
-    for i, ask in ((12, 1), (13, 0)):  # alone again: the first asks the file and finds its own
-        parsed.clear()                 # commit, the next does not ask
-        asked.clear()
-        run(s.add_items([msg(i)]))
-        assert parsed == [] and len(asked) == ask
-    assert run(s.get_items()) == [msg(6), msg(7), msg(8), msg("o9"), msg(9), msg("o10"),
-                                  msg(10), msg("o11"), msg(11), msg(12), msg(13)]
+    assert parsed == []
+    assert run(s.get_items()) == [msg(6), msg(7), msg("o8"), msg(8), msg("o9"), msg(9),
+                                  msg("o10"), msg(10)]
 
 
 def test_another_writer_s_commits_are_seen(tmp_path: Path) -> None:
@@ -105,32 +91,33 @@ def test_another_writer_s_commits_are_seen(tmp_path: Path) -> None:
     run(main())
 
 
-def test_a_sync_tool_s_older_copy_is_read_again(tmp_path: Path) -> None:
+def log(root: Path, sid: str = "s1", n: int = 0) -> Path:
+    return root / "history" / sid / f"items-{n:06d}.log"
+
+
+def test_a_sync_tool_s_older_copy_of_the_log_is_read_again(tmp_path: Path) -> None:
     root = tmp_path / "store"
     s = FileSession("s1", fsdurable.Store(root))
     run(s.add_items([msg(1)]))
-    old = doc(root).read_bytes()
+    old = log(root).read_bytes()
     run(s.add_items([msg(2)]))
-    tmp = doc(root).with_suffix(".sync")
+    tmp = log(root).with_suffix(".sync")
     tmp.write_bytes(old)
-    os.replace(tmp, doc(root))  # a sync tool puts back the older version
-    run(s.add_items([msg(3)]))  # built on what is on disk, not on the copy held
+    os.replace(tmp, log(root))  # a sync tool puts back the older version (a new file)
+    run(s.add_items([msg(3)]))  # built on what is on disk, not on the view held
     assert run(FileSession("s1", fsdurable.Store(root)).get_items()) == [msg(1), msg(3)]
 
 
-def test_another_node_s_commit_of_the_same_version_is_read_again(tmp_path: Path) -> None:
+def test_another_node_s_log_delivered_is_read_again(tmp_path: Path) -> None:
     root, other = tmp_path / "store", tmp_path / "other"
     s = FileSession("s1", fsdurable.Store(root))
     run(s.add_items([msg(1)]))
     shutil.copytree(root, other)
     run(s.add_items([msg(2)]))
     run(FileSession("s1", fsdurable.Store(other)).add_items([msg("x")]))
-    mine = fsdurable.Store(root).load("s1")
-    theirs = fsdurable.Store(other).load("s1")
-    assert mine.version == theirs.version and mine.commit_id != theirs.commit_id
-    tmp = doc(root).with_suffix(".sync")
-    shutil.copyfile(doc(other), tmp)
-    os.replace(tmp, doc(root))  # the sync tool delivers the other node's commit
+    tmp = log(root).with_suffix(".sync")
+    shutil.copyfile(log(other), tmp)
+    os.replace(tmp, log(root))  # the sync tool delivers the other node's log
     assert run(s.pop_item()) == msg("x")
     assert run(s.get_items()) == [msg(1)]
 
@@ -142,7 +129,7 @@ def test_a_file_corrupted_or_deleted_under_a_held_document(tmp_path: Path) -> No
     doc(root).write_bytes(b'{"format": "fsdurable.ses')
     run(s.add_items([msg(3)]))  # quarantined by the repair gate, then started over
     assert run(s.get_items()) == [msg(3)]
-    assert len(list((root / "quarantine").iterdir())) == 1
+    assert len(list((root / "quarantine").iterdir())) == 2  # the document, and its log
     fsdurable.Store(root).delete("s1")
     assert run(s.pop_item()) is None  # the deletion is seen: nothing to pop
     run(s.add_items([msg(4)]))
@@ -162,8 +149,9 @@ def test_an_older_session_put_under_a_held_document_is_migrated_first(tmp_path: 
                  metadata={"openai_agents": {"items": [msg("old")]}})
     run(s.add_items([msg(2)]))
     assert run(FileSession("s1", fsdurable.Store(root)).get_items()) == [msg("old"), msg(2)]
-    codes = [e.code for e in fsdurable.Store(root).events("s1")]
-    assert codes.count("session_migrated") == 1
+    got = [e.reason for e in fsdurable.Store(root).events("s1")
+           if e.code == "session_migrated"]
+    assert len(got) == 2 and got[-1] == "item_log"  # its inline items, then into the log
 
 
 @pytest.mark.parametrize("op", ["add", "pop"])
@@ -178,49 +166,13 @@ def test_a_newer_fsdurable_s_file_under_a_held_document_is_never_written(tmp_pat
     d.update({"format": "fsdurable.session/99", "commit_id": "ab" * 8})
     doc(root).write_text(json.dumps(d))
     before = doc(root).read_bytes()
-    if op == "add":
-        with pytest.raises(fsdurable.UnreadableState) as info:
-            run(s.add_items([msg(2)]))
-        assert info.value.reason == "unknown_version"
-    else:  # the repair gate leaves it; there is nothing this fsdurable can pop
-        assert run(s.pop_item()) is None
-    assert doc(root).read_bytes() == before
-
-
-@pytest.mark.parametrize("op", ["add", "pop", "clear", "pop_empty", "clear_empty"])
-def test_a_replace_the_stat_cannot_see_is_read_again(tmp_path: Path, op: str) -> None:
-    """A held document's stat is trusted without re-reading the file's first bytes (the
-    commit's compare-and-swap re-reads them); a replace that leaves the stat as it was (a
-    coarse clock, a tool restoring size and times) is caught there and the mutation is made
-    on what is on disk — a mutation that writes nothing confirms the file itself."""
-    from fsdurable._filecache import key
-
-    root, other = tmp_path / "store", tmp_path / "other"
-    s = FileSession("s1", fsdurable.Store(root))
-    empty = op.endswith("_empty")
-    run(s.add_items([msg(1)]))
-    if empty:
-        run(s.clear_session())  # held: no items
-    shutil.copytree(root, other)
-    t = FileSession("s1", fsdurable.Store(other))
-    if not empty:
-        assert run(t.pop_item()) == msg(1)
-    run(t.add_items([msg("x")]))  # the other copy holds x where ours holds 1 (or nothing)
-    with open(doc(root), "r+b") as f:  # in place: the same inode
-        f.write(doc(other).read_bytes())
-        f.truncate()
-    seen = s.store._cache._seen["s1"]
-    seen.key = key(os.lstat(doc(root)))  # as if the stat had not changed (a coarse clock)
-    seen.racy = True
-    if op == "add":
-        run(s.add_items([msg(2)]))
-        assert run(s.get_items()) == [msg("x"), msg(2)]
-    elif op.startswith("pop"):
-        assert run(s.pop_item()) == msg("x")
-        assert run(s.get_items()) == []
-    else:
-        run(s.clear_session())
-        assert run(s.get_items()) == []
+    logged = (root / "history" / "s1" / "items-000000.log").read_bytes()
+    with pytest.raises(fsdurable.UnreadableState) as info:  # the repair gate leaves it
+        run(s.add_items([msg(2)]) if op == "add" else s.pop_item())
+    assert info.value.reason == "unknown_version"
+    assert doc(root).read_bytes() == before  # and the log it names: neither written over
+    assert (root / "history" / "s1" / "items-000000.log").read_bytes() == logged
+    assert not (root / "quarantine").exists() or not list((root / "quarantine").iterdir())
 
 
 def test_a_durable_run_s_model_calls_read_no_document_of_their_own(

@@ -303,9 +303,10 @@ def _doctor(args: argparse.Namespace) -> Result:
                                 "problems": len(left)}, text
 
 
-# the store's own formats, then the framework adapters' (fsdurable.langgraph, .pydantic_ai, .claude)
+# the store's own formats, then the framework adapters' (fsdurable.langgraph, .openai_agents,
+# .pydantic_ai, .claude)
 KINDS = ("session", "segment", "marker", "event", "manifest", "lghead", "lgrecord", "lglog",
-         "lgframe", "pydantic_ai_entry", "claude_batch")
+         "lgframe", "itemlog", "itemframe", "pydantic_ai_entry", "claude_batch")
 
 
 def schema_text(kind: str) -> str:
