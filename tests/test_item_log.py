@@ -1,0 +1,300 @@
+"""The Agents SDK's items in an append-only item log (fsdurable/_itemlog.py, _oaitems.py;
+docs/storage.md, "Item logs"): what a change writes, what a reader parses, a torn tail, a short
+log, a rewrite, the migration of older sessions, the repair gate and doctor, the schemas."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+
+import fsdurable
+from fsdurable import _fsio, _itemlog
+from fsdurable._oaitems import KEY, with_record
+from fsdurable.openai_agents import FileSession
+
+REPO = Path(__file__).resolve().parent.parent
+SCHEMA = {k: Draft202012Validator(json.loads((REPO / "schemas" / f"{k}.schema.json").read_text()))
+          for k in ("itemlog", "itemframe")}
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def msg(i: int | str) -> dict[str, Any]:
+    return {"role": "user", "content": f"m{i}"}
+
+
+def log(root: Path, sid: str = "s1", n: int = 0) -> Path:
+    return root / "history" / sid / f"items-{n:06d}.log"
+
+
+@contextmanager
+def recording() -> Iterator[list[tuple[str, tuple[Any, ...]]]]:
+    ops: list[tuple[str, tuple[Any, ...]]] = []
+    prev = _fsio.set_recorder(lambda op, args: ops.append((op, args)))
+    try:
+        yield ops
+    finally:
+        _fsio.set_recorder(prev)
+
+
+def test_a_change_is_one_append_and_one_fdatasync_and_no_document(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    s = FileSession("s1", fsdurable.Store(root))
+    run(s.add_items([msg(0)]))  # the first: log 0 written whole, then the document
+    for op in ("add", "pop", "clear"):
+        with recording() as ops:
+            if op == "add":
+                run(s.add_items([msg(1), msg(2)]))
+            elif op == "pop":
+                assert run(s.pop_item()) == msg(2)
+            else:
+                run(s.clear_session())
+        writes = [(o, a[0]) for o, a in ops if o not in ("mkdir",)]
+        assert writes == [("append", str(log(root))), ("fsync", str(log(root)))], (op, ops)
+    assert run(s.pop_item()) is None  # nothing to do: nothing written
+    with recording() as ops:
+        assert run(s.get_items()) == []
+    assert ops == []
+
+
+def test_what_a_writer_keeps_of_its_own_frames_is_what_a_reader_parses(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = fsdurable.Store(root)
+    s = FileSession("s1", store)
+
+    async def work() -> None:
+        for i in range(5):
+            await s.add_items([msg(i), msg(f"{i}b")])
+        await s.pop_item()
+        await s.pop_item()
+        await s.pop_item()  # into the frame before
+        await s.add_items([msg("x")])
+
+    run(work())
+    mine = s._items._view
+    fresh = _itemlog.scan(str(log(root)), None, store.config.max_file_bytes)
+    assert mine is not None and fresh is not None
+    assert (mine.end, mine.count, mine.frames, mine.live, mine.torn) == (
+        fresh.end, fresh.count, fresh.frames, fresh.live, fresh.torn)
+    assert fresh.end == log(root).stat().st_size
+    want = [msg(0), msg("0b"), msg(1), msg("1b"), msg(2), msg("2b"), msg(3), msg("x")]
+    assert run(FileSession("s1", fsdurable.Store(root)).get_items()) == want
+    assert run(FileSession("s1", fsdurable.Store(root)).get_items(3)) == want[-3:]
+
+
+def test_a_torn_tail_is_ignored_then_cut_by_the_next_write(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    s = FileSession("s1", fsdurable.Store(root))
+    run(s.add_items([msg(1), msg(2)]))
+    whole = log(root).read_bytes()
+    frame = _itemlog.encode_frame(2, b'[{"role":"user","content":"m3"}]', 1)
+    for torn in (frame[:-3], frame[:5], b"\x00" * 40, frame[:12] + b"x" + frame[13:]):
+        log(root).write_bytes(whole + torn)  # a write a crash cut short
+        assert run(FileSession("s1", fsdurable.Store(root)).get_items()) == [msg(1), msg(2)]
+        finding = [f for f in fsdurable.doctor(fsdurable.Store(root))
+                   if f.code == "item_log_torn_tail"]
+        assert len(finding) == 1 and finding[0].severity == "info"
+        run(FileSession("s1", fsdurable.Store(root)).add_items([msg(4)]))
+        got = log(root).read_bytes()
+        assert got[:len(whole)] == whole and got[len(whole):].startswith(b"\x1eITM")
+        assert run(s.get_items()) == [msg(1), msg(2), msg(4)]
+        assert run(s.pop_item()) == msg(4)
+        whole = log(root).read_bytes()
+
+
+def test_a_short_log_is_waiting_for_sync_never_fewer_items(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = fsdurable.Store(root)
+    s = FileSession("s1", store)
+    run(s.add_items([msg(1), msg(2)]))  # the document has seen log 0 to its end
+    whole = log(root).read_bytes()
+    header = whole[:whole.index(b"\n") + 1]
+    for short in (header, None):  # the frames not delivered yet; the log not delivered at all
+        if short is None:
+            log(root).unlink()
+        else:
+            log(root).write_bytes(short)
+        for op in (FileSession("s1", fsdurable.Store(root)).get_items(),
+                   FileSession("s1", fsdurable.Store(root)).add_items([msg(3)])):
+            with pytest.raises(fsdurable.UnreadableState) as info:
+                run(op)
+            assert info.value.reason == "log_short"
+        assert (log(root).read_bytes() if short else None) == short  # nothing written
+        [f] = [f for f in fsdurable.doctor(fsdurable.Store(root))
+               if f.code == "item_log_short"]
+        assert f.severity == "problem"
+        cli = fsdurable.Store(root)
+        from fsdurable.openai_agents import describe
+
+        assert "log_short" in describe(cli, cli.load("s1"))["unreadable"]
+    log(root).write_bytes(whole)  # delivered: read whole again
+    assert run(FileSession("s1", fsdurable.Store(root)).get_items()) == [msg(1), msg(2)]
+
+
+def test_a_resume_waits_for_a_short_log_without_spending_an_attempt(tmp_path: Path) -> None:
+    from fsdurable._resume import waiting_for
+
+    root = tmp_path / "store"
+    store = fsdurable.Store(root)
+    run(FileSession("s1", store).add_items([msg(1)]))
+    s = store.load("s1")
+    assert waiting_for(None, s, store) is None
+    whole = log(root).read_bytes()
+    log(root).write_bytes(whole[:whole.index(b"\n") + 1])
+    got = waiting_for(None, s, store)
+    assert got is not None and got[0] == "log_short"
+
+
+def test_a_rewrite_keeps_the_live_items_and_removes_the_old_log(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = fsdurable.Store(root, config=fsdurable.Config(item_log_slack=256))
+    s = FileSession("s1", store)
+    run(s.add_items([msg(i) for i in range(4)]))
+    n = 0
+    for i in range(40):  # the SDK's correction loop: add, pop, add
+        run(s.add_items([msg(f"x{i}")]))
+        assert run(s.pop_item()) == msg(f"x{i}")
+        now = store.load("s1").metadata[KEY]["items_log"]["n"]
+        if now != n:
+            assert not log(root, n=n).exists() and log(root, n=now).exists()
+            n = now
+    assert n >= 2
+    assert sorted(p.name for p in (root / "history" / "s1").iterdir()) == [f"items-{n:06d}.log"]
+    assert run(FileSession("s1", fsdurable.Store(root)).get_items()) == [msg(i) for i in range(4)]
+    assert log(root, n=n).stat().st_size < 2 * 256 + 400  # dead bytes bounded by the slack
+
+
+@pytest.mark.parametrize("layout", ["lane", "inline"])
+def test_an_older_session_is_read_in_place_then_migrated_once(tmp_path: Path,
+                                                              layout: str) -> None:
+    root = tmp_path / "store"
+    store = fsdurable.Store(root, config=fsdurable.Config(inline_tail_bytes=0,
+                                                          segment_grace=0))
+    old = [msg(i) for i in range(3)]
+    if layout == "lane":  # fsdurable before the item log: the items as segments of a lane
+        store.create("s1", source="openai-agents", lanes={KEY: old})
+    else:  # before lanes: the items inline in the metadata
+        store.create("s1", source="openai-agents", metadata={KEY: {"items": old}})
+    before = sorted(p.name for p in (root / "history").rglob("*"))
+    assert run(FileSession("s1", fsdurable.Store(root)).get_items()) == old  # read in place
+    assert sorted(p.name for p in (root / "history").rglob("*")) == before  # nothing moved
+    run(FileSession("s1", store).add_items([msg(3)]))
+    s = store.load("s1")
+    assert KEY not in s.lanes and s.metadata[KEY]["items_log"]["n"] == 0
+    assert "items" not in s.metadata[KEY]
+    assert run(FileSession("s1", fsdurable.Store(root)).get_items()) == [*old, msg(3)]
+    reasons = [e.reason for e in store.events("s1") if e.code == "session_migrated"]
+    assert reasons[-1] == "item_log" and len(reasons) == (1 if layout == "lane" else 2)
+    segs = [p for p in (root / "history" / "s1").iterdir() if p.suffix == ".json"]
+    assert segs  # the lane's segments (the inline items went to one first), named by nothing
+    fsdurable.doctor(store, repair=True)  # ... go through the repair gate, with events
+    assert [p.name for p in (root / "history" / "s1").iterdir()] == ["items-000000.log"]
+    removed = [e for e in store.events("s1") if e.code == "segment_removed"]
+    assert len(removed) == len(segs)
+    run(FileSession("s1", store).add_items([msg(4)]))
+    assert len([e for e in store.events("s1") if e.code == "session_migrated"]) == len(reasons)
+
+
+def test_an_unnamed_log_is_set_aside_never_overwritten(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = fsdurable.Store(root)
+    run(FileSession("s1", store).add_items([msg(1)]))
+    theirs = log(root).read_bytes()
+    os.unlink(root / "sessions" / "s1.json")  # a first write a crash cut short, or another
+    run(FileSession("s1", store).add_items([msg(2)]))  # node's log before its document
+    assert run(FileSession("s1", fsdurable.Store(root)).get_items()) == [msg(2)]
+    [q] = list((root / "quarantine").iterdir())
+    assert q.read_bytes() == theirs
+    assert [e.code for e in store.events("s1")].count("file_quarantined") == 1
+
+
+def test_an_old_log_a_crash_left_unnamed_goes_through_the_repair_gate(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = fsdurable.Store(root, config=fsdurable.Config(segment_grace=0))
+    run(FileSession("s1", store).add_items([msg(1)]))
+    stale = log(root, n=7)
+    stale.write_bytes(_itemlog.encode_header("s1", store.node_id, 7))
+    other = log(root, n=8)
+    other.write_bytes(_itemlog.encode_header("s1", "n-other", 8))
+    found = {f.code for f in fsdurable.doctor(fsdurable.Store(root, config=store.config))}
+    assert "orphan_segments" in found
+    fsdurable.doctor(store, repair=True)
+    assert not stale.exists() and other.exists() and log(root).exists()  # another node's stays
+    assert run(FileSession("s1", store).get_items()) == [msg(1)]
+
+
+def test_a_symlink_in_place_of_the_history_directory_is_never_followed(tmp_path: Path) -> None:
+    root, elsewhere = tmp_path / "store", tmp_path / "elsewhere"
+    store = fsdurable.Store(root)
+    run(FileSession("s1", store).add_items([msg(1)]))
+    (root / "history" / "s1").rename(elsewhere)
+    os.symlink(elsewhere, root / "history" / "s1")
+    before = (elsewhere / "items-000000.log").read_bytes()
+    for op in (FileSession("s1", fsdurable.Store(root)).get_items(),
+               FileSession("s1", fsdurable.Store(root)).add_items([msg(2)])):
+        with pytest.raises(fsdurable.UnreadableState) as info:
+            run(op)
+        assert info.value.reason == "not_a_directory"
+    assert (elsewhere / "items-000000.log").read_bytes() == before
+
+
+def test_a_run_s_count_names_the_log_end_it_was_counted_from() -> None:
+    s = fsdurable.Session(id="s1", created_at=0.0, updated_at=0.0,
+                          metadata={KEY: {"items_log": {"n": 1, "at": 100}}})
+    ref = with_record(s, items_at=3, seen={"n": 1, "at": 180}).metadata[KEY]
+    assert ref["items_log"] == {"n": 1, "at": 180} and ref["run"]["items_at"] == 3
+    for seen in ({"n": 1, "at": 90}, {"n": 0, "at": 500}, {"n": 2, "at": 500}):
+        got = with_record(s, items_at=3, seen=seen).metadata[KEY]["items_log"]
+        assert got == {"n": 1, "at": 100}  # never back, never another log's
+
+
+def test_every_log_the_store_writes_validates(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = fsdurable.Store(root, config=fsdurable.Config(item_log_slack=64))
+    with recording() as ops:
+        s = FileSession("s1", store)
+        run(s.add_items([msg(1), msg(2)]))
+        run(s.pop_item())
+        run(s.clear_session())
+        for i in range(4):
+            run(s.add_items([msg(i)]))
+    headers = frames = 0
+    pending: dict[str, bytes] = {}
+    for op, args in ops:
+        if op == "write":
+            pending[args[0]] = args[1]
+        elif op == "rename" and args[1].endswith(".log"):
+            data = pending.pop(args[0])
+            nl = data.index(b"\n")
+            assert not list(SCHEMA["itemlog"].iter_errors(json.loads(data[:nl])))
+            headers += 1
+            rest = data[nl + 1:]
+            frames += _check_frames(rest)
+        elif op == "append" and args[0].endswith(".log"):
+            frames += _check_frames(args[1])
+    assert headers >= 2 and frames >= 6
+
+
+def _check_frames(data: bytes) -> int:
+    n = 0
+    while data:
+        assert data[:4] == _itemlog.MAGIC
+        size = int.from_bytes(data[4:8], "big")
+        body = data[12:12 + size]
+        nl = body.index(b"\n")
+        hdr = json.loads(body[:nl])
+        assert not list(SCHEMA["itemframe"].iter_errors(hdr)), hdr
+        assert len(json.loads(body[nl + 1:]) if hdr["n"] else []) == hdr["n"]
+        data = data[12 + size:]
+        n += 1
+    return n
