@@ -28,8 +28,9 @@ from fsdurable._history import History
 from fsdurable._model import Message, extended
 from fsdurable._recordcodec import upgrade
 from fsdurable._segments import repair_history
-from fsdurable.openai_agents import KEY, FileSession
 
+from .lane_session import KEY
+from .lane_session import LaneSession as FileSession
 from .test_lanes import files, fsyncs, io_log, written
 from .test_schemas import assert_valid
 

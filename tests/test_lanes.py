@@ -24,8 +24,9 @@ from fsdurable._doctor import doctor
 from fsdurable._errors import HistoryUnavailable
 from fsdurable._history import History
 from fsdurable._segments import repair_history
-from fsdurable.openai_agents import KEY, FileSession, items, record, trimmed, with_record
 
+from .lane_session import KEY, items, record, trimmed, with_record
+from .lane_session import LaneSession as FileSession
 from .test_schemas import assert_valid, kind_of, recording
 
 
