@@ -31,10 +31,12 @@ against the SDK's own ``SQLiteSession`` (a file database: WAL, ``synchronous`` F
 per commit) holding the same, interleaved round by round; before each call (untimed) the item
 the last call added is popped, so every call meets N items. Beside the time, the bytes each
 call sent to storage (``write_bytes`` of ``/proc/self/io``, whole pages) and passed to
-``write`` (``wchar``), per call. Since format 6 the popped-and-added item stays in the
-document's inline tail, so those calls write the document alone; ``fsdurable_growing`` is a
-session that only grows (nothing popped), whose calls include, amortised, the segment written
-each time the inline tail passes its bound (``Config.inline_tail_bytes``). Five floors beside
+``write`` (``wchar``), per call. Since the item log (docs/storage.md, "Item logs") each call
+appends one frame to the session's log and fdatasyncs it, the document untouched; the pops
+between calls leave dead bytes, and a log is rewritten (its live items copied whole) once they
+pass ``Config.item_log_slack`` and the live bytes — rarely inside a timed call, so in the tail
+of the times, not the median. ``fsdurable_growing`` is a session that only grows (nothing
+popped). Five floors beside
 them, stdlib only, the same bytes: ``floor_document`` is what the format must do at least (the
 document with the item, written to a new temp file, fsynced, renamed, its directory fsynced: two
 fsyncs), called directly; ``floor_document_hop`` the same write through ``SQLiteSession``'s
@@ -49,7 +51,9 @@ release, the young file's compare-and-swap read, the marker's ``lstat``, an excl
 random name, the ``fstat`` after the rename; no Python logic), so that between it and
 ``fsdurable_N`` is the Python that drives those steps; ``floor_rename`` what format 5 did (the
 segment, then the document, the same way: four fsyncs), and ``floor_append`` one append +
-fdatasync of the item to a file that exists (what a database log such as SQLite's WAL does).
+fdatasync of the item to a file that exists (what a database log such as SQLite's WAL does, and
+the item log's floor: ``fsdurable_N_vs_floor_append`` is what fsdurable adds to it, the thread
+hop included). The document floors stay as the cost of the format before the item log.
 """
 
 from __future__ import annotations

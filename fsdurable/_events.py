@@ -64,6 +64,8 @@ CONFLICT_RESOLVED = "conflict_resolved"
 TOOL_REFUSED = "tool_refused"
 CLOCK_STEP = "clock_step"  # a checkpoint time from the future: never used to judge staleness
 SEGMENT_REMOVED = "segment_removed"  # the repair gate removed an unreferenced history segment
+# an item log's rewrite failed after the change it followed was durable: left for the next one
+ITEM_LOG_REWRITE_FAILED = "item_log_rewrite_failed"
 HISTORY_UNREADABLE = "history_unreadable"  # doctor --repair met a history that does not read
 EVENTS_PRUNED = "events_pruned"  # retention removed day files of this node's log
 ARCHIVE_PRUNED = "archive_pruned"  # retention released a session's oldest archived segments

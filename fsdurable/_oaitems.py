@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import _fsio
-from ._errors import ConflictError, InvalidState, UnreadableState
+from ._errors import ConflictError, FsDurableError, InvalidState, UnreadableState
 from ._itemlog import (
     REF,
     ItemView,
@@ -181,7 +181,15 @@ class Items:
         v.wrote(end - len(frame), frame, at, len(new))
         assert s is not None
         if v.end - v.base - v.live > max(self.store.config.item_log_slack, v.live):
-            s = self._rewrite(s, v)
+            try:
+                s = self._rewrite(s, v)
+            except (FsDurableError, OSError) as e:  # the change is durable: never reported
+                from . import _events as ev  # as failed (a caller's retry would repeat it);
+
+                self._view = None  # the rewrite is tried again by the next change
+                self.store.emit(ev.ITEM_LOG_REWRITE_FAILED, session_id=self.sid,
+                                reason=getattr(e, "reason", None) or "error",
+                                error=f"{type(e).__name__}: {e}")
         return s, out
 
     def _first(self, s: Session | None, op: Op) -> tuple[Session | None, Any]:

@@ -298,3 +298,31 @@ def _check_frames(data: bytes) -> int:
         data = data[12 + size:]
         n += 1
     return n
+
+
+def test_a_failed_rewrite_never_reports_the_durable_change_as_failed(tmp_path: Path) -> None:
+    """The change is appended and fdatasync'd before the rewrite it triggers: a rewrite that
+    fails (a full disk writing log n + 1) must not raise, or a caller's retry would pop twice."""
+    import errno
+
+    root = tmp_path / "store"
+    store = fsdurable.Store(root, config=fsdurable.Config(item_log_slack=0))
+    fs = FileSession("c", store)
+    run(fs.add_items([{"n": 0, "pad": "x" * 50}, {"n": 1}]))
+
+    def full(op: str, args: tuple[Any, ...]) -> None:
+        if op == "create" and "items-000001" in str(args[0]):
+            raise OSError(errno.ENOSPC, "full")
+
+    prev = _fsio.set_recorder(full)
+    try:
+        assert run(fs.pop_item()) == {"n": 1}  # durable; the rewrite failed after it
+    finally:
+        _fsio.set_recorder(prev)
+    [ev] = [e for e in store.events("c") if e.code == "item_log_rewrite_failed"]
+    assert "full" in ev.detail["error"]
+    assert run(FileSession("c", fsdurable.Store(root)).get_items()) == [{"n": 0, "pad": "x" * 50}]
+    run(fs.add_items([{"n": 2}]))  # the next change rewrites
+    assert store.load("c").metadata[KEY]["items_log"]["n"] == 1
+    assert run(FileSession("c", fsdurable.Store(root)).get_items()) == [
+        {"n": 0, "pad": "x" * 50}, {"n": 2}]
