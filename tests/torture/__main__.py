@@ -96,6 +96,7 @@ def _oacrash(args: argparse.Namespace, rows: list[tuple[str, Any]], bad: list[st
     """The item log's crash-state explorer (FileSession needs no openai-agents)."""
     from . import oacrash
 
+    t = time.monotonic()
     r = oacrash.run(exhaustive=args.exhaustive)
     bad += r.violations
     caught = sum(1 for name in oacrash.OA_MUTANTS if oacrash.run_mutant(name).from_states)
@@ -103,7 +104,7 @@ def _oacrash(args: argparse.Namespace, rows: list[tuple[str, Any]], bad: list[st
         bad.append("a broken Agents SDK item log protocol was NOT caught")
     rows += [("Agents SDK item log: crash points / states", f"{r.crash_points} / {r.states}"),
              ("  broken item log protocols caught", f"{caught}/{len(oacrash.OA_MUTANTS)}"),
-             ("  item log seconds", f"{r.seconds:.0f}")]
+             ("  item log seconds (explorer + mutants)", f"{time.monotonic() - t:.0f}")]
 
 
 def _oakills(args: argparse.Namespace, rows: list[tuple[str, Any]], bad: list[str]) -> None:

@@ -16,8 +16,8 @@ crash point, for every state the model allows, checks each session:
 * startup (``Store.interrupted`` and ``doctor --repair``) leaves no problem and loses nothing:
   every session then reads as before it;
 * a new add then succeeds, and a fresh reader sees the items read plus the one added (a torn
-  tail the crash left is cut, a log a crashed first write or rewrite left named by nothing is
-  put aside).
+  tail the crash left is cut by it; a log a crashed first write or rewrite left named by
+  nothing is never read, and goes to ``quarantine/`` when a write needs its name).
 
 Broken variants of the protocol (``OA_MUTANTS``) must each produce a violation.
 """
@@ -153,9 +153,10 @@ def record(base: str) -> OaRecording:
     async def torn_tail(sid: str) -> None:
         """A frame a crash tore (its first half, durable): no reader may take it, the next
         writer cuts it. Not the adapter's own write: through ``_fsio`` (recorded)."""
-        from fsdurable._itemlog import encode_frame
+        from fsdurable._itemlog import encode_frame, log_name, ref_of
+        from fsdurable._oaitems import KEY
 
-        path = log_paths(root, sid)[-1]
+        path = os.path.join(root, "history", sid, log_name(ref_of(store.load(sid), KEY)["n"]))
         size = os.path.getsize(path)
         frame = encode_frame(len(want[sid]), b'[{"torn": true, "pad": "' + b"y" * 40 + b'"}]',
                              1)
