@@ -92,7 +92,23 @@ def _kills(args: argparse.Namespace, rows: list[tuple[str, Any]], bad: list[str]
              ("kill torture seconds", res["seconds"])]
 
 
+def _oacrash(args: argparse.Namespace, rows: list[tuple[str, Any]], bad: list[str]) -> None:
+    """The item log's crash-state explorer (FileSession needs no openai-agents)."""
+    from . import oacrash
+
+    t = time.monotonic()
+    r = oacrash.run(exhaustive=args.exhaustive)
+    bad += r.violations
+    caught = sum(1 for name in oacrash.OA_MUTANTS if oacrash.run_mutant(name).from_states)
+    if caught < len(oacrash.OA_MUTANTS):
+        bad.append("a broken Agents SDK item log protocol was NOT caught")
+    rows += [("Agents SDK item log: crash points / states", f"{r.crash_points} / {r.states}"),
+             ("  broken item log protocols caught", f"{caught}/{len(oacrash.OA_MUTANTS)}"),
+             ("  item log seconds (explorer + mutants)", f"{time.monotonic() - t:.0f}")]
+
+
 def _oakills(args: argparse.Namespace, rows: list[tuple[str, Any]], bad: list[str]) -> None:
+    _oacrash(args, rows, bad)
     try:
         from . import oakills
     except ImportError:  # openai-agents is not installed
