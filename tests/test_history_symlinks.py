@@ -20,7 +20,6 @@ from fsdurable._doctor import doctor, problems
 from fsdurable._errors import HistoryUnavailable, StorageError
 from fsdurable._segcodec import encode_segment
 from fsdurable._segments import repair_history
-from fsdurable.openai_agents import FileSession
 
 NODE = "node-test"
 # which directory the symlink replaces: the session's history directory, or history/ itself
@@ -159,6 +158,10 @@ def test_a_file_in_place_of_a_history_directory_is_refused(root: Path) -> None:
 
 
 def test_lanes_share_the_refusal(root: Path, tmp_path: Path) -> None:
+    """A lane's segments (tests/lane_session.py drives a lane; the Agents SDK's item log has
+    the same refusal: tests/test_item_log.py)."""
+    from .lane_session import LaneSession as FileSession
+
     store = _store(root)
     fs = FileSession("c", store)
     asyncio_run(fs.add_items([{"type": "message", "role": "user", "content": "x" * 200}]))
