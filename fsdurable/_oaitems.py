@@ -215,10 +215,11 @@ class Items:
 
         doc = self.store._commit_locked(with_adapter_ns(attrs.evolve(s, lanes=lanes), KEY,
                                                         items=None, **{REF: ref}), s.version)
-        from . import _events as ev
+        if KEY in s.lanes:  # (a session a turn created has no items yet: nothing migrated)
+            from . import _events as ev
 
-        self.store.emit(ev.SESSION_MIGRATED, session_id=self.sid, version=doc.version,
-                        reason="item_log", items=len(items))
+            self.store.emit(ev.SESSION_MIGRATED, session_id=self.sid, version=doc.version,
+                            reason="item_log", items=len(old))
         return doc, out
 
     def _whole(self, items: Sequence[Item], n: int, s: Session | None) -> tuple[bytes, int]:

@@ -127,13 +127,12 @@ class FileSession:
     def _mark(self) -> tuple[int, dict[str, int] | None]:
         """How many items the session holds, and the log reference that says so (a durable
         run's checkpoint records both: ``_oaitems.with_record``)."""
-        s = self._load(held=True)
+        return self._mark_of(self._load(held=True))
+
+    def _mark_of(self, s: Session | None) -> tuple[int, dict[str, int] | None]:
+        """``_mark`` of the document ``s`` (a turn's begin change, under the commit lock)."""
         with self._mu:
             return self._items.mark(s)
-
-    def _count_of(self, s: Session) -> int:
-        with self._mu:
-            return self._items.count(s)
 
     def _load(self, *, held: bool = False) -> Session | None:
         """The session (None if missing); a bad file raises and stays where it is. ``held``:
@@ -265,9 +264,9 @@ def run_streamed(agent: Any, input: Any, *, session: FileSession, attended: bool
 
     def change(s: Session) -> Session:
         assert s.turn is not None
-        rec = {**run, "agent": getattr(agent, "name", ""), "turn_id": s.turn.id,
-               "items_at": session._count_of(s)}
-        return with_record(s, run=rec, paused=None)
+        n, seen = session._mark_of(s)
+        rec = {**run, "agent": getattr(agent, "name", ""), "turn_id": s.turn.id, "items_at": n}
+        return with_record(s, run=rec, paused=None, seen=seen)
 
     async def begin() -> tuple[Driver, Any]:
         from ._turns import TurnRun

@@ -326,3 +326,45 @@ def test_a_failed_rewrite_never_reports_the_durable_change_as_failed(tmp_path: P
     assert store.load("c").metadata[KEY]["items_log"]["n"] == 1
     assert run(FileSession("c", fsdurable.Store(root)).get_items()) == [
         {"n": 0, "pad": "x" * 50}, {"n": 2}]
+
+
+def test_a_durable_run_s_checkpoints_name_the_log_end_they_counted_from(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run record's ``items_at`` is never ahead of the log end its document names: a sync
+    tool that delivers the document before the frames makes the log short (waiting for sync),
+    never a resume that goes on with fewer items than its checkpoint counted. And a session
+    the turn protocol created is not reported migrated by its first ``add_items``."""
+    pytest.importorskip("agents", reason="the openai-agents extra is not installed")
+    from fsdurable import openai_agents as oa
+
+    from . import oa_agent
+
+    monkeypatch.setenv("OA_LOG", str(tmp_path / "log"))
+    monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
+    root = tmp_path / "store"
+    store = fsdurable.Store(root)
+    checkpoints: list[tuple[int, dict[str, int]]] = []
+    real = store._commit_locked
+
+    def watching(new: Any, base: int, **kw: Any) -> Any:
+        ns = new.metadata.get(KEY, {})
+        if "run" in ns and "items_log" in ns:
+            checkpoints.append((ns["run"]["items_at"], ns["items_log"]))
+        return real(new, base, **kw)
+
+    monkeypatch.setattr(store, "_commit_locked", watching)
+
+    async def main() -> Any:
+        return await oa.run(oa_agent.make_agent(), "add", session=FileSession("chat", store),
+                            effects=oa_agent.EFFECTS, debounce=0)
+
+    assert run(main()).final_output == oa_agent.FINAL
+    data = log(root, "chat").read_bytes()
+    counted = [c for c in checkpoints if c[0] > 0]
+    assert counted
+    for items_at, ref in counted:
+        part = tmp_path / "part.log"
+        part.write_bytes(data[:ref["at"]])  # the log as far as the document has seen it
+        view = _itemlog.scan(str(part), None, 1 << 20)
+        assert view is not None and view.end == ref["at"] and view.count >= items_at
+    assert not [e for e in store.events("chat") if e.code == "session_migrated"]
