@@ -32,7 +32,7 @@ import re
 import struct
 import zlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -184,16 +184,31 @@ def scan(path: str, view: ItemView | None, max_frame: int) -> ItemView | None:
     if view is None or view.key != key or st.st_size < view.end:
         hdr, base, st = header_line(path)
         view = ItemView(key=(st.st_dev, st.st_ino), base=base, n=hdr["n"], end=base)
-    if view.torn and st.st_size >= view.end:
+    catch_up(path, view, st.st_size, max_frame)
+    return view
+
+
+class _Feeds(Protocol):
+    end: int
+    torn: bool
+
+    def feed(self, data: bytes, at: int, max_frame: int, size: int | None = None) -> int: ...
+
+
+def catch_up(path: str, view: _Feeds, size: int, max_frame: int) -> None:
+    """Parse the frames a log file (``size`` bytes when last seen) holds past ``view.end``,
+    a frame at a time at most (``max_frame`` + the envelope): the one loop of every log's
+    incremental reader (this module's and ``_lglog``'s, whose envelope is the same size)."""
+    if view.torn and size >= view.end:
         view.torn = False  # look again: a writer may have cut the tail and appended since
     at = view.end
-    while at < st.st_size and not view.torn:
+    while at < size and not view.torn:
         data, st = _fsio.read_span(path, at, max_frame + _ENV.size)
-        used = view.feed(data, at, max_frame, st.st_size)
+        size = st.st_size
+        used = view.feed(data, at, max_frame, size)
         if used == 0:
             break
         at += used
-    return view
 
 
 def header_line(path: str) -> tuple[dict[str, Any], int, Any]:
@@ -253,7 +268,22 @@ def logs_ready(history_dir: str, s: Any, max_frame: int) -> None:
             check(f"{history_dir}/{log_name(ref['n'])}", ref["at"], max_frame)
 
 
-__all__ = ["FRAME_FORMAT", "LOG_FORMAT", "LOG_RE", "MAGIC", "REF", "ItemView", "check",
-           "encode_frame", "encode_header", "header_line", "log_name", "logs_ready", "read_items",
-           "ref_of",
-           "refs", "scan"]
+__all__ = [
+    "FRAME_FORMAT",
+    "LOG_FORMAT",
+    "LOG_RE",
+    "MAGIC",
+    "REF",
+    "ItemView",
+    "catch_up",
+    "check",
+    "encode_frame",
+    "encode_header",
+    "header_line",
+    "log_name",
+    "logs_ready",
+    "read_items",
+    "ref_of",
+    "refs",
+    "scan",
+]

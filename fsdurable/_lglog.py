@@ -35,6 +35,7 @@ import attrs
 
 from . import _fsio
 from ._errors import UnreadableState
+from ._itemlog import catch_up
 from ._layout import new_id
 
 if TYPE_CHECKING:
@@ -227,15 +228,7 @@ def scan(path: str, view: LogView | None, max_frame: int) -> LogView | None:
                 return None
             raise
         view = LogView(key=(st.st_dev, st.st_ino), base=base, gen=str(hdr.get("gen")), end=base)
-    if view.torn and st.st_size >= view.end:
-        view.torn = False  # look again: a writer may have cut the tail and appended since
-    at = view.end
-    while at < st.st_size and not view.torn:
-        data, st = _fsio.read_span(path, at, max_frame + _ENV.size)
-        used = view.feed(data, at, max_frame, st.st_size)
-        if used == 0:
-            break
-        at += used
+    catch_up(path, view, st.st_size, max_frame)
     return view
 
 

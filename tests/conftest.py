@@ -8,8 +8,9 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import pytest
 
@@ -139,3 +140,16 @@ def run_module(module: str, args: list[str], env: dict[str, str], warm: tuple[st
 
 
 PYTHON = sys.executable
+
+
+@contextmanager
+def io_log() -> Iterator[list[tuple[str, tuple[Any, ...]]]]:
+    """Every ``_fsio`` operation, as the store's own recorder sees it (``(op, args)``)."""
+    from fsdurable import _fsio
+
+    ops: list[tuple[str, tuple[Any, ...]]] = []
+    prev = _fsio.set_recorder(lambda op, args: ops.append((op, args)))
+    try:
+        yield ops
+    finally:
+        _fsio.set_recorder(prev)

@@ -13,10 +13,11 @@ from typing import Any
 from fsdurable._aio import run_sync
 from fsdurable._async import AsyncStore, StoreLike, as_store
 from fsdurable._commit import evolve
-from fsdurable._errors import ConflictError, InvalidState, SessionNotFound, UnreadableState
-from fsdurable._jsoncopy import json_copy
+from fsdurable._errors import ConflictError, SessionNotFound, UnreadableState
 from fsdurable._layout import validate_session_id
 from fsdurable._model import Session, adapter_ns, extended, with_adapter_ns
+from fsdurable._oaitems import _json
+from fsdurable.openai_agents import FileSession
 
 KEY = "openai_agents"
 SOURCE = "openai-agents"
@@ -71,15 +72,6 @@ def trimmed(s: Session) -> Session:
         return s
     return with_items(s, prefix(items(s), at))
 
-
-def _json(value: Any, what: str, sid: str) -> Any:
-    """A JSON copy of ``value`` (what SQLiteSession stores: ``_jsoncopy``, the standard
-    library's copy, by orjson where that is the same); InvalidState if it is not JSON."""
-    try:
-        return json_copy(value)
-    except (TypeError, ValueError) as e:
-        raise InvalidState(f"{what} of session {sid!r} is not JSON: {e}", session_id=sid,
-                           reason="not_json") from e
 
 
 
@@ -195,31 +187,7 @@ class LaneSession:
                 return self._apply(sid, self._current(sid, None), fn, held=False)
         return out
 
-    def _current(self, sid: str, known: Session | None) -> Session | None:
-        """The session on disk (``known`` while the file is still that commit; None if
-        missing); a write's: a bad file is quarantined, an older session's inline items
-        migrated (the repair gate)."""
-        try:
-            s = self.store._load_known(sid, known)
-        except SessionNotFound:
-            return None
-        except UnreadableState:
-            from fsdurable._repair import repair_session
-
-            repair_session(self.store, sid)
-            return None
-        if s is known:
-            return s  # read or committed here before: checked then
-        from fsdurable._codec import inline_lanes
-
-        if inline_lanes(s):  # an older session: its items inline
-            from fsdurable._repair import repair_session
-
-            repair_session(self.store, sid)
-            return self._load()
-        return s
-
-
+    _current = FileSession._current  # the same reading of the file under a write
 
 __all__ = ["KEY", "LaneSession", "items", "prefix", "record", "trimmed", "with_items",
            "with_record"]

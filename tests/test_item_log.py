@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,8 @@ import fsdurable
 from fsdurable import _fsio, _itemlog
 from fsdurable._oaitems import KEY, with_record
 from fsdurable.openai_agents import FileSession
+
+from .conftest import io_log as recording
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = {k: Draft202012Validator(json.loads((REPO / "schemas" / f"{k}.schema.json").read_text()))
@@ -36,15 +36,6 @@ def msg(i: int | str) -> dict[str, Any]:
 def log(root: Path, sid: str = "s1", n: int = 0) -> Path:
     return root / "history" / sid / f"items-{n:06d}.log"
 
-
-@contextmanager
-def recording() -> Iterator[list[tuple[str, tuple[Any, ...]]]]:
-    ops: list[tuple[str, tuple[Any, ...]]] = []
-    prev = _fsio.set_recorder(lambda op, args: ops.append((op, args)))
-    try:
-        yield ops
-    finally:
-        _fsio.set_recorder(prev)
 
 
 def test_a_change_is_one_append_and_one_fdatasync_and_no_document(tmp_path: Path) -> None:

@@ -10,21 +10,19 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import fsdurable
-from fsdurable import _fsio
 from fsdurable._config import Config
 from fsdurable._doctor import doctor
 from fsdurable._errors import HistoryUnavailable
 from fsdurable._history import History
 from fsdurable._segments import repair_history
 
+from .conftest import io_log
 from .lane_session import KEY, items, record, trimmed, with_record
 from .lane_session import LaneSession as FileSession
 from .test_schemas import assert_valid, kind_of, recording
@@ -58,16 +56,6 @@ def lane_files(root: Path, sid: str) -> list[Path]:
     d = root / "history" / sid
     return sorted(p for p in d.iterdir() if p.name.startswith(KEY + "-")) if d.exists() else []
 
-
-@contextmanager
-def io_log() -> Iterator[list[tuple[str, tuple[Any, ...]]]]:
-    """Every ``_fsio`` operation, as the store's own recorder sees it."""
-    ops: list[tuple[str, tuple[Any, ...]]] = []
-    prev = _fsio.set_recorder(lambda op, args: ops.append((op, args)))
-    try:
-        yield ops
-    finally:
-        _fsio.set_recorder(prev)
 
 
 def written(ops: list[tuple[str, tuple[Any, ...]]]) -> int:

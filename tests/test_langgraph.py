@@ -11,8 +11,6 @@ import json
 import os
 import subprocess
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +28,12 @@ from langgraph.graph import START, StateGraph
 from langgraph.types import Command, interrupt
 
 import fsdurable
-from fsdurable import _fsio
 from fsdurable._lgstore import parse_record, thread_session_id
 from fsdurable.langgraph import FsDurableSaver, arecover, recover
 
 from . import lg_graph
 from .conftest import PYTHON, REPO, run_module, subprocess_env
+from .conftest import io_log as recording
 
 # what tests/lg_graph.py's children import: once, in their fork server
 LG_WARM = ("langchain_core.language_models.fake_chat_models", "langgraph.graph",
@@ -179,15 +177,6 @@ def test_arecover_resumes_on_the_callers_event_loop(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------- storage
 
-
-@contextmanager
-def recording() -> Iterator[list[tuple[str, tuple[Any, ...]]]]:
-    ops: list[tuple[str, tuple[Any, ...]]] = []
-    previous = _fsio.set_recorder(lambda op, args: ops.append((op, args)))
-    try:
-        yield ops
-    finally:
-        _fsio.set_recorder(previous)
 
 
 def cfg_of(tid: str) -> Any:

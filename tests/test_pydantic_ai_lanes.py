@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +22,11 @@ from pydantic_ai.messages import (
 )
 
 import fsdurable
-from fsdurable import _fsio, _repair
 from fsdurable import _pydantic_history as hist
+from fsdurable import _repair
 from fsdurable.pydantic_ai import FileConversationStore
 
+from .conftest import io_log
 from .test_schemas import assert_valid
 
 
@@ -44,15 +43,6 @@ def _store(root: Path, inline: int | None = None) -> fsdurable.Store:
     config = fsdurable.Config() if inline is None else fsdurable.Config(inline_tail_bytes=inline)
     return fsdurable.Store(root, node_id="node-test", clock=Clock(), config=config)
 
-
-@contextmanager
-def io_log() -> Iterator[list[tuple[str, tuple[Any, ...]]]]:
-    ops: list[tuple[str, tuple[Any, ...]]] = []
-    prev = _fsio.set_recorder(lambda op, args: ops.append((op, args)))
-    try:
-        yield ops
-    finally:
-        _fsio.set_recorder(prev)
 
 
 def conversation(n: int) -> list[ModelMessage]:
