@@ -44,6 +44,7 @@ FRAME_FORMAT = "fsdurable.itemframe/1"
 MAGIC = b"\x1eITM"
 REF = "items_log"  # the key of an adapter namespace's log reference: {"n": int, "at": int}
 _ENV = struct.Struct(">4sII")  # magic, body length, crc32(body)
+ENVELOPE = _ENV.size  # a frame's bytes before its body
 LOG_RE = re.compile(r"items-(\d{6})\.log")
 
 
@@ -51,11 +52,14 @@ def log_name(n: int) -> str:
     return f"items-{n:06d}.log"
 
 
-def encode_header(session_id: str, node_id: str | None, n: int) -> bytes:
+def encode_header(session_id: str, node_id: str | None, n: int, gen: str) -> bytes:
+    """The header line. ``gen``: this log's own random token, which the document's reference
+    names too — a log that is not the one a document named (a number reused after the session
+    was started over, then the old document restored from quarantine) is never read as it."""
     import orjson
 
     return orjson.dumps({"format": LOG_FORMAT, "session_id": session_id, "node_id": node_id,
-                         "n": n}) + b"\n"
+                         "n": n, "gen": gen}) + b"\n"
 
 
 def encode_frame(at: int, items: bytes, n: int) -> bytes:
@@ -66,28 +70,27 @@ def encode_frame(at: int, items: bytes, n: int) -> bytes:
     return _ENV.pack(MAGIC, len(body), zlib.crc32(body)) + body
 
 
-def refs(s: Any) -> dict[str, dict[str, int]]:
-    """The item logs a parsed session document names, by metadata namespace (a malformed
-    reference is left out: ``ref_of`` raises for it)."""
-    out: dict[str, dict[str, int]] = {}
-    for key, ns in (getattr(s, "metadata", None) or {}).items():
-        if isinstance(ns, dict) and REF in ns:
-            try:
-                out[key] = ref_of(s, key)
-            except UnreadableState:
-                continue
-    return out
+def refs(s: Any) -> dict[str, dict[str, Any]]:
+    """The item logs a parsed session document names, by metadata namespace; UnreadableState
+    (``corrupt``) if one reference is malformed (the repair gate then keeps every file)."""
+    return {key: ref_of(s, key) for key, ns in (getattr(s, "metadata", None) or {}).items()
+            if isinstance(ns, dict) and REF in ns}
 
 
-def ref_of(s: Any, key: str) -> dict[str, int]:
-    """The log reference under ``metadata[key]``; UnreadableState (``corrupt``) if malformed."""
+def ref_of(s: Any, key: str) -> dict[str, Any]:
+    """The log reference under ``metadata[key]`` (``n``, ``at``, and ``gen`` where the log has
+    one); UnreadableState (``corrupt``) if malformed."""
     ns = s.metadata.get(key)
     ref = ns.get(REF) if isinstance(ns, dict) else None
     if not (isinstance(ref, dict) and type(ref.get("n")) is int and type(ref.get("at")) is int
-            and 0 <= ref["n"] < 10**6 and ref["at"] >= 0):
+            and 0 <= ref["n"] < 10**6 and ref["at"] >= 0
+            and isinstance(ref.get("gen", ""), str)):
         raise UnreadableState(f"session {s.id!r} names no valid item log ({ref!r})",
                               session_id=s.id, reason="corrupt")
-    return {"n": ref["n"], "at": ref["at"]}
+    out: dict[str, Any] = {"n": ref["n"], "at": ref["at"]}
+    if "gen" in ref:
+        out["gen"] = ref["gen"]
+    return out
 
 
 @attrs.define
@@ -98,22 +101,24 @@ class ItemView:
     key: tuple[int, int]  # (st_dev, st_ino) of the file parsed
     base: int  # end of the file's header line
     n: int  # the log number its header names
+    gen: str | None  # the log's token (its header's): a view is reused for that log alone
     end: int = 0  # end of the last valid frame
     count: int = 0  # items after the last valid frame
     frames: list[list[int]] = attrs.Factory(list)
-    live: int = 0  # bytes of the live frames' arrays (the rest of the file is dead: a rewrite)
+    live: int = 0  # bytes of the live frames, whole (the rest of the file is dead: a rewrite)
     torn: bool = False  # parsing stopped on bytes that are no valid frame
 
-    def apply(self, at: int, offset: int, length: int, n: int) -> None:
-        """Take one frame (valid: ``at`` <= ``count``): cut, then append."""
+    def apply(self, at: int, offset: int, length: int, n: int, size: int) -> None:
+        """Take one frame (valid: ``at`` <= ``count``; ``size``: its bytes, envelope and
+        header included): cut, then append."""
         frames = self.frames
         while frames and frames[-1][0] >= at:
-            self.live -= frames.pop()[2]
+            self.live -= frames.pop()[4]
         if frames and frames[-1][0] + frames[-1][3] > at:
             frames[-1][3] = at - frames[-1][0]
         if n:
-            frames.append([at, offset, length, n])
-            self.live += length
+            frames.append([at, offset, length, n, size])
+            self.live += size
         self.count = at + n
 
     def feed(self, data: bytes, at: int, max_frame: int, size: int | None = None) -> int:
@@ -150,7 +155,7 @@ class ItemView:
                     and (hdr["n"] == 0) == (nl == len(body) - 1)):
                 self.torn = True
                 break
-            self.apply(hdr["at"], at + start + nl + 1, n - nl - 1, hdr["n"])
+            self.apply(hdr["at"], at + start + nl + 1, n - nl - 1, hdr["n"], _ENV.size + n)
             i = start + n
             self.end = at + i
         return i
@@ -159,13 +164,13 @@ class ItemView:
         """Take the frame this process just appended at ``at`` as ``feed`` would parse it,
         without reading it back (tests/test_item_log.py checks that a reader parses the same)."""
         nl = frame.index(b"\n", _ENV.size)
-        self.apply(cut, at + nl + 1, len(frame) - nl - 1, n)
+        self.apply(cut, at + nl + 1, len(frame) - nl - 1, n, len(frame))
         self.end = at + len(frame)
 
     def spans(self, lo: int, hi: int) -> Iterator[tuple[int, int, int, int, int]]:
         """The live frames holding items ``lo`` .. ``hi - 1``: (first, offset, length, skip,
         take) — parse the frame's array, then take ``take`` items from ``skip``."""
-        for first, off, length, live in self.frames:
+        for first, off, length, live, _size in self.frames:
             if first + live <= lo or first >= hi:
                 continue
             skip = max(lo - first, 0)
@@ -183,7 +188,9 @@ def scan(path: str, view: ItemView | None, max_frame: int) -> ItemView | None:
     key = (st.st_dev, st.st_ino)
     if view is None or view.key != key or st.st_size < view.end:
         hdr, base, st = header_line(path)
-        view = ItemView(key=(st.st_dev, st.st_ino), base=base, n=hdr["n"], end=base)
+        gen = hdr.get("gen")
+        view = ItemView(key=(st.st_dev, st.st_ino), base=base, n=hdr["n"],
+                        gen=gen if isinstance(gen, str) else None, end=base)
     catch_up(path, view, st.st_size, max_frame)
     return view
 
@@ -203,7 +210,7 @@ def catch_up(path: str, view: _Feeds, size: int, max_frame: int) -> None:
         view.torn = False  # look again: a writer may have cut the tail and appended since
     at = view.end
     while at < size and not view.torn:
-        data, st = _fsio.read_span(path, at, max_frame + _ENV.size)
+        data, st = _read_span(path, at, max_frame + _ENV.size)
         size = st.st_size
         used = view.feed(data, at, max_frame, size)
         if used == 0:
@@ -211,11 +218,22 @@ def catch_up(path: str, view: _Feeds, size: int, max_frame: int) -> None:
         at += used
 
 
+def _read_span(path: str, offset: int, size: int) -> tuple[bytes, Any]:
+    """``_fsio.read_span``; a log removed meanwhile (a rewrite by another writer, after its
+    document named the next log) is UnreadableState ``log_short``: its reader reads the
+    document again."""
+    try:
+        return _fsio.read_span(path, offset, size)
+    except FileNotFoundError as e:
+        raise UnreadableState(f"item log {path} is gone", path=path,
+                              reason="log_short") from e
+
+
 def header_line(path: str) -> tuple[dict[str, Any], int, Any]:
     """The log's header line, where it ends, and the file's stat."""
     import orjson
 
-    data, st = _fsio.read_span(path, 0, 4096)
+    data, st = _read_span(path, 0, 4096)
     nl = data.find(b"\n")
     try:
         hdr = orjson.loads(data[:nl]) if nl >= 0 else None
@@ -234,7 +252,7 @@ def read_items(path: str, view: ItemView, lo: int, hi: int, max_frame: int) -> l
 
     out: list[Any] = []
     for _first, off, length, skip, take in view.spans(lo, hi):
-        data, _ = _fsio.read_span(path, off, min(length, max_frame))
+        data, _ = _read_span(path, off, min(length, max_frame))
         try:
             arr = json_loads(data) if len(data) == length else None
         except ValueError:
@@ -246,15 +264,34 @@ def read_items(path: str, view: ItemView, lo: int, hi: int, max_frame: int) -> l
     return out
 
 
-def check(path: str, at: int, max_frame: int) -> ItemView:
-    """The log's view, confirmed to hold what a document naming ``at`` has seen: ``log_short``
-    (UnreadableState) if it is missing or its valid frames end before ``at``."""
+def named(view: ItemView | None, ref: dict[str, Any]) -> bool:
+    """Is ``view`` the log ``ref`` names, holding at least what its document has seen?"""
+    return (view is not None and view.n == ref["n"] and view.end >= ref["at"]
+            and ("gen" not in ref or view.gen == ref["gen"]))
+
+
+def check(path: str, ref: dict[str, Any], max_frame: int) -> ItemView:
+    """The log's view, confirmed to be the one ``ref`` names and to hold what its document has
+    seen: ``log_short`` (UnreadableState) if it is missing, another log under that name, or
+    its valid frames end before ``ref["at"]``."""
     view = scan(path, None, max_frame)
-    if view is None or view.end < at:
-        got = "missing" if view is None else f"valid to {view.end}"
-        raise UnreadableState(f"item log {path} is short ({got}; the document has seen {at})",
-                              path=path, reason="log_short")
+    if not named(view, ref):
+        raise short(path, view, ref)
+    assert view is not None
     return view
+
+
+def short(path: str, view: ItemView | None, ref: dict[str, Any]) -> UnreadableState:
+    """The error of a log that is not (yet) what its document names."""
+    if view is None:
+        got = "missing"
+    elif view.n != ref["n"] or ("gen" in ref and view.gen != ref["gen"]):
+        got = "another log under its name"
+    else:
+        got = f"valid to byte {view.end}"
+    return UnreadableState(f"item log {path} is short ({got}; its document has seen byte "
+                           f"{ref['at']}): lost, or not delivered by a sync tool yet",
+                           path=path, reason="log_short")
 
 
 def logs_ready(history_dir: str, s: Any, max_frame: int) -> None:
@@ -265,10 +302,11 @@ def logs_ready(history_dir: str, s: Any, max_frame: int) -> None:
         if isinstance(ns, dict) and REF in ns:
             ref = ref_of(s, key)
             _fsio.own_dirs(os.path.dirname(history_dir), history_dir)
-            check(f"{history_dir}/{log_name(ref['n'])}", ref["at"], max_frame)
+            check(f"{history_dir}/{log_name(ref['n'])}", ref, max_frame)
 
 
 __all__ = [
+    "ENVELOPE",
     "FRAME_FORMAT",
     "LOG_FORMAT",
     "LOG_RE",
@@ -282,8 +320,10 @@ __all__ = [
     "header_line",
     "log_name",
     "logs_ready",
+    "named",
     "read_items",
     "ref_of",
     "refs",
     "scan",
+    "short",
 ]

@@ -19,16 +19,19 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import _fsio
-from ._errors import ConflictError, FsDurableError, InvalidState, UnreadableState
+from ._errors import ConflictError, FsDurableError, InvalidState
 from ._itemlog import (
+    ENVELOPE,
     REF,
     ItemView,
     encode_frame,
     encode_header,
     log_name,
+    named,
     read_items,
     ref_of,
     scan,
+    short,
 )
 from ._jsoncopy import json_bytes, json_copy
 from ._model import Session, adapter_ns, with_adapter_ns
@@ -40,6 +43,7 @@ KEY = "openai_agents"  # the session metadata key (and the older layout's lane) 
 SOURCE = "openai-agents"  # the source of a session this adapter creates: provenance only
 
 Item = Any  # agents.items.TResponseInputItem: a JSON object
+_CHUNK = 1 << 20  # a log written whole is cut into frames of about this many bytes of items
 # an operation on the items: fn(count, item) -> (cut to, items to append, result), or None for
 # nothing to write (its result then None); ``item(i)`` reads item i
 Op = Callable[[int, Callable[[int], Item]], "tuple[int, Sequence[Item], Any] | None"]
@@ -59,7 +63,7 @@ def record(s: Session | None) -> dict[str, Any]:
     return dict(rec) if isinstance(rec, dict) else {}
 
 
-def with_record(s: Session, *, seen: dict[str, int] | None = None, **changes: Any) -> Session:
+def with_record(s: Session, *, seen: dict[str, Any] | None = None, **changes: Any) -> Session:
     """``s`` with this adapter's metadata updated (a key set to None is removed; ``items_at``
     and ``state``/``answers`` go into the run record). ``seen``: the item log's reference as
     the caller counted ``items_at`` from it (``Items.mark``), recorded if it is of the log the
@@ -74,6 +78,7 @@ def with_record(s: Session, *, seen: dict[str, int] | None = None, **changes: An
     if seen is not None:
         cur = _ns(s).get(REF)
         if isinstance(cur, dict) and cur.get("n") == seen["n"] \
+                and cur.get("gen") == seen.get("gen") \
                 and isinstance(cur.get("at"), int) and seen["at"] > cur["at"]:
             changes[REF] = dict(seen)
     return with_adapter_ns(s, KEY, **changes)
@@ -108,6 +113,8 @@ class Items:
         self._dir = store.layout.history_dir(sid)
         self._max = store.config.max_file_bytes
         self._view: ItemView | None = None  # the log last parsed (scan reuses what it can)
+        # a rewrite that failed is tried again from this (log, gen, end) on
+        self._hold: tuple[int, str | None, int] | None = None
 
     def path(self, n: int) -> str:
         return f"{self._dir}/{log_name(n)}"
@@ -124,15 +131,13 @@ class Items:
         if s is None or REF not in _ns(s):
             return None
         ref = ref_of(s, KEY)
-        v = self._view if self._view is not None and self._view.n == ref["n"] else None
+        v = self._view
+        if v is not None and (v.n != ref["n"] or v.gen != ref.get("gen", v.gen)):
+            v = None
         path = self.path(ref["n"])
         v = scan(path, v, self._max) if self._own() else None
-        if v is None or v.end < ref["at"] or v.n != ref["n"]:
-            got = "missing" if v is None else f"valid to byte {v.end}"
-            raise UnreadableState(
-                f"the item log of session {self.sid!r} is short ({got}; its document has seen "
-                f"{ref['at']}): lost, or not delivered by a sync tool yet", path=path,
-                session_id=self.sid, reason="log_short")
+        if not named(v, ref):
+            raise short(path, v, ref)
         self._view = v
         return v
 
@@ -140,13 +145,13 @@ class Items:
         v = self.view(s)
         return v.count if v is not None else len(legacy_items(s))
 
-    def mark(self, s: Session | None) -> tuple[int, dict[str, int] | None]:
+    def mark(self, s: Session | None) -> tuple[int, dict[str, Any] | None]:
         """How many items there are, and the log reference that says so (``with_record``'s
         ``seen``; None for a session with no log)."""
         v = self.view(s)
         if v is None:
             return len(legacy_items(s)), None
-        return v.count, {"n": v.n, "at": v.end}
+        return v.count, {"n": v.n, "at": v.end, **({"gen": v.gen} if v.gen else {})}
 
     def read(self, s: Session | None, lo: int, hi: int | None = None) -> list[Item]:
         """Items ``lo`` .. ``hi - 1`` (None: to the end), parsed afresh."""
@@ -175,22 +180,36 @@ class Items:
             return s, None
         at, new, out = got
         frame = encode_frame(at, _encoded(new, self.sid) if new else b"", len(new))
+        self._fits(len(frame))
         path = self.path(v.n)
         self._own()
         end = _fsio.append_at(path, v.end, frame, durable=self.store.config.fsync)
         v.wrote(end - len(frame), frame, at, len(new))
         assert s is not None
-        if v.end - v.base - v.live > max(self.store.config.item_log_slack, v.live):
+        slack = max(self.store.config.item_log_slack, v.live)
+        h = self._hold
+        if v.end - v.base - v.live > slack and (h is None or h[:2] != (v.n, v.gen)
+                                                or v.end >= h[2]):
             try:
                 s = self._rewrite(s, v)
             except (FsDurableError, OSError) as e:  # the change is durable: never reported
                 from . import _events as ev  # as failed (a caller's retry would repeat it);
 
-                self._view = None  # the rewrite is tried again by the next change
+                # tried again once as many bytes again are written, not at every change
+                self._hold = (v.n, v.gen, v.end + slack)
+                self._view = None
                 self.store.emit(ev.ITEM_LOG_REWRITE_FAILED, session_id=self.sid,
                                 reason=getattr(e, "reason", None) or "error",
                                 error=f"{type(e).__name__}: {e}")
         return s, out
+
+    def _fits(self, size: int) -> None:
+        """A frame a reader would reject (its body past ``max_file_bytes``, the bound of every
+        read) is refused before anything is written: InvalidState ``too_large``."""
+        if size - ENVELOPE > self._max:
+            raise InvalidState(f"items of session {self.sid!r} take {size} bytes, more than "
+                               f"Config.max_file_bytes ({self._max})", session_id=self.sid,
+                               reason="too_large")
 
     def _first(self, s: Session | None, op: Op) -> tuple[Session | None, Any]:
         """A session with no log: new (``s`` None), or of the older layout (its items read
@@ -205,8 +224,7 @@ class Items:
                                 "over", session_id=self.sid, reason="exists")
         at, new, out = got
         items = [*old[:at], *new]
-        data, n = self._whole(items, 0, s)
-        ref = {"n": n, "at": len(data)}
+        ref = self._whole(items, 0)
         if s is None:
             doc = self.store.create(self.sid, source=SOURCE, metadata={KEY: {REF: ref}})
             return doc, out
@@ -222,17 +240,45 @@ class Items:
                             reason="item_log", items=len(old))
         return doc, out
 
-    def _whole(self, items: Sequence[Item], n: int, s: Session | None) -> tuple[bytes, int]:
-        """Log ``n`` written whole (temp, fsync, rename, directory fsync) holding ``items``;
-        a file there that no document names (a first write or rewrite a crash cut short, or
-        another node's not delivered with its document) goes to ``quarantine/`` first, through
-        the repair gate. Returns its bytes and ``n``."""
+    def _whole(self, items: Sequence[Item], n: int) -> dict[str, Any]:
+        """Log ``n`` written whole holding ``items`` (``encoded``, ``write_new_log``); the
+        reference naming it."""
+        data, ref = self.encoded(items, n)
+        self.write_new_log(n, data)
+        return ref
+
+    def encoded(self, items: Sequence[Item], n: int) -> tuple[bytes, dict[str, Any]]:
+        """The bytes of log ``n`` holding ``items`` — a header with a new ``gen``, then frames
+        of about ``_CHUNK`` bytes of items each (a reader parses only the frames a
+        ``get_items(limit)`` needs) — and the reference naming it."""
+        from ._layout import new_id
+
+        gen = new_id()
+        out = [encode_header(self.sid, self.store.node_id, n, gen)]
+        group: list[bytes] = []
+        first = size = 0
+        for i, item in enumerate(items):
+            one = _encoded([item], self.sid)[1:-1]
+            if group and size + len(one) > _CHUNK:
+                out.append(encode_frame(first, b"[" + b",".join(group) + b"]", len(group)))
+                group, first, size = [], i, 0
+            group.append(one)
+            size += len(one) + 1
+        if group:
+            out.append(encode_frame(first, b"[" + b",".join(group) + b"]", len(group)))
+        for frame in out[1:]:
+            self._fits(len(frame))
+        data = b"".join(out)
+        return data, {"n": n, "at": len(data), "gen": gen}
+
+    def write_new_log(self, n: int, data: bytes) -> None:
+        """Log ``n`` written whole (temp, fsync, rename, directory fsync) before any document
+        names it; a file there that no document names (a first write or rewrite a crash cut
+        short, or another node's not delivered with its document) goes to ``quarantine/``
+        first, through the repair gate: never overwritten."""
         from ._repair import quarantine
 
         store = self.store
-        data = encode_header(self.sid, store.node_id, n)
-        if items:
-            data += encode_frame(0, _encoded(items, self.sid), len(items))
         path = self.path(n)
         if not self._own():
             _fsio.makedirs(self._dir, durable=store.config.fsync)
@@ -243,16 +289,14 @@ class Items:
                        session_id=self.sid)
         _fsio.write_atomic(path, data, durable=store.config.fsync)
         self._view = None
-        return data, n
 
     def _rewrite(self, s: Session, v: ItemView) -> Session:
         """The live items copied into log ``n + 1``, the document naming it committed, then
         log ``n`` removed (named by nothing now: the store wrote it, and no reader of the new
         document reads it)."""
         items = read_items(self.path(v.n), v, 0, v.count, self._max)
-        data, n = self._whole(items, v.n + 1, s)
-        doc = self.store._commit_locked(
-            with_adapter_ns(s, KEY, **{REF: {"n": n, "at": len(data)}}), s.version)
+        ref = self._whole(items, v.n + 1)
+        doc = self.store._commit_locked(with_adapter_ns(s, KEY, **{REF: ref}), s.version)
         _fsio.unlink(self.path(v.n), durable=self.store.config.fsync)
         return doc
 

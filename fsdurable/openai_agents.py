@@ -63,6 +63,8 @@ DRIVER = "openai-agents"  # the turn's driver: recovery hands the run to this ad
 EFFECTS = ("none", "idempotent", "external")
 RAN_TEXT = "the call ran (a human confirmed it after a crash); its output was not recorded"
 
+_REREADS = 3  # a lock-free read meeting that many rewrites in a row gives up (contended)
+
 CURRENT: contextvars.ContextVar[ToolContext | None] = contextvars.ContextVar(
     "fsdurable_openai_agents_call", default=None)
 
@@ -118,18 +120,33 @@ class FileSession:
 
     def _read(self, limit: int | None) -> list[Item]:
         """The last ``limit`` items (None or negative: all), reading only the frames that
-        hold them; each read parses them afresh (the caller may change what it gets)."""
+        hold them; each read parses them afresh (the caller may change what it gets). A read
+        takes no lock: a log another writer's rewrite removed meanwhile is read again from
+        the document naming its successor (a log that is short for good still raises)."""
         s = self._load()
-        with self._mu:
-            n = self._items.count(s)
-            return self._items.read(s, 0 if limit is None or limit < 0 else max(0, n - limit))
+        for _ in range(_REREADS):
+            try:
+                with self._mu:
+                    n = self._items.count(s)
+                    lo = 0 if limit is None or limit < 0 else max(0, n - limit)
+                    return self._items.read(s, lo)
+            except UnreadableState as e:
+                again = self._load() if e.reason == "log_short" else s
+                if again is None or _ns(again).get("items_log") == _ns(s).get("items_log"):
+                    raise
+                s = again
+        raise UnreadableState(f"session {self.session_id!r}: its item log was rewritten "
+                              f"{_REREADS} times while it was read", session_id=self.session_id,
+                              reason="contended")
 
-    def _mark(self) -> tuple[int, dict[str, int] | None]:
+    def _mark(self) -> tuple[int, dict[str, Any] | None]:
         """How many items the session holds, and the log reference that says so (a durable
-        run's checkpoint records both: ``_oaitems.with_record``)."""
-        return self._mark_of(self._load(held=True))
+        run's checkpoint records both: ``_oaitems.with_record``). Under the commit lock: every
+        frame it counts is durable (a writer holds the lock until its fdatasync returned)."""
+        with self.store._commit_lock(self.session_id):
+            return self._mark_of(self._load(held=True))
 
-    def _mark_of(self, s: Session | None) -> tuple[int, dict[str, int] | None]:
+    def _mark_of(self, s: Session | None) -> tuple[int, dict[str, Any] | None]:
         """``_mark`` of the document ``s`` (a turn's begin change, under the commit lock)."""
         with self._mu:
             return self._items.mark(s)

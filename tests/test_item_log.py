@@ -214,9 +214,9 @@ def test_an_old_log_a_crash_left_unnamed_goes_through_the_repair_gate(tmp_path: 
     store = fsdurable.Store(root, config=fsdurable.Config(segment_grace=0))
     run(FileSession("s1", store).add_items([msg(1)]))
     stale = log(root, n=7)
-    stale.write_bytes(_itemlog.encode_header("s1", store.node_id, 7))
+    stale.write_bytes(_itemlog.encode_header("s1", store.node_id, 7, "g7"))
     other = log(root, n=8)
-    other.write_bytes(_itemlog.encode_header("s1", "n-other", 8))
+    other.write_bytes(_itemlog.encode_header("s1", "n-other", 8, "g8"))
     found = {f.code for f in fsdurable.doctor(fsdurable.Store(root, config=store.config))}
     assert "orphan_segments" in found
     fsdurable.doctor(store, repair=True)
@@ -299,7 +299,8 @@ def test_a_failed_rewrite_never_reports_the_durable_change_as_failed(tmp_path: P
     root = tmp_path / "store"
     store = fsdurable.Store(root, config=fsdurable.Config(item_log_slack=0))
     fs = FileSession("c", store)
-    run(fs.add_items([{"n": 0, "pad": "x" * 50}, {"n": 1}]))
+    run(fs.add_items([{"n": 0, "pad": "z" * 200}]))
+    run(fs.add_items([{"n": 1, "pad": "x" * 600}]))
 
     def full(op: str, args: tuple[Any, ...]) -> None:
         if op == "create" and "items-000001" in str(args[0]):
@@ -307,16 +308,24 @@ def test_a_failed_rewrite_never_reports_the_durable_change_as_failed(tmp_path: P
 
     prev = _fsio.set_recorder(full)
     try:
-        assert run(fs.pop_item()) == {"n": 1}  # durable; the rewrite failed after it
+        assert run(fs.pop_item()) == {"n": 1, "pad": "x" * 600}  # durable; the rewrite failed
     finally:
         _fsio.set_recorder(prev)
     [ev] = [e for e in store.events("c") if e.code == "item_log_rewrite_failed"]
     assert "full" in ev.detail["error"]
-    assert run(FileSession("c", fsdurable.Store(root)).get_items()) == [{"n": 0, "pad": "x" * 50}]
-    run(fs.add_items([{"n": 2}]))  # the next change rewrites
+    assert run(FileSession("c", fsdurable.Store(root)).get_items()) == [{"n": 0, "pad": "z" * 200}]
+    with recording() as ops:  # not tried again at once: a failing disk is not made to copy
+        run(fs.add_items([{"n": 2}]))  # the whole session at every change
+    assert not [a for o, a in ops if "items-000001" in str(a[0])]
+    for i in range(3, 30):  # once as many bytes again are written, it is
+        run(fs.add_items([{"n": i, "pad": "x" * 100}]))
+        assert run(fs.pop_item())["n"] == i
+        if store.load("c").metadata[KEY]["items_log"]["n"] == 1:
+            break
     assert store.load("c").metadata[KEY]["items_log"]["n"] == 1
     assert run(FileSession("c", fsdurable.Store(root)).get_items()) == [
-        {"n": 0, "pad": "x" * 50}, {"n": 2}]
+        {"n": 0, "pad": "z" * 200}, {"n": 2}]
+    assert len([e for e in store.events("c") if e.code == "item_log_rewrite_failed"]) == 1
 
 
 def test_a_durable_run_s_checkpoints_name_the_log_end_they_counted_from(
@@ -359,3 +368,82 @@ def test_a_durable_run_s_checkpoints_name_the_log_end_they_counted_from(
         view = _itemlog.scan(str(part), None, 1 << 20)
         assert view is not None and view.end == ref["at"] and view.count >= items_at
     assert not [e for e in store.events("chat") if e.code == "session_migrated"]
+
+
+def test_items_a_reader_would_reject_are_refused_before_anything_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frame past ``max_file_bytes`` (every read's bound) would read as a torn tail and be
+    cut by the next writer: refused whole instead. A log written whole is cut into frames, so
+    a big session never makes one frame (nor one parse for ``get_items(1)``)."""
+    from fsdurable import _oaitems
+
+    root = tmp_path / "store"
+    store = fsdurable.Store(root, config=fsdurable.Config(max_file_bytes=4096))
+    fs = FileSession("s1", store)
+    run(fs.add_items([msg(1)]))
+    before = log(root).read_bytes()
+    with pytest.raises(fsdurable.InvalidState) as info:
+        run(fs.add_items([{"big": "x" * 5000}]))
+    assert info.value.reason == "too_large" and log(root).read_bytes() == before
+    monkeypatch.setattr(_oaitems, "_CHUNK", 100)
+    big = fsdurable.Store(tmp_path / "big", config=fsdurable.Config(inline_tail_bytes=0))
+    big.create("s1", source="openai-agents", lanes={KEY: [msg(i) for i in range(40)]})
+    run(FileSession("s1", big).add_items([msg(40)]))  # migrated: written whole, in frames
+    view = _itemlog.scan(str(log(tmp_path / "big")), None, 1 << 20)
+    assert view is not None and len(view.frames) >= 10
+    parsed: list[int] = []
+    real = _itemlog.read_items
+    monkeypatch.setattr(_oaitems, "read_items", lambda p, v, lo, hi, m: (
+        parsed.append(len(list(v.spans(lo, hi)))) or real(p, v, lo, hi, m)))
+    assert run(FileSession("s1", fsdurable.Store(tmp_path / "big")).get_items(1)) == [msg(40)]
+    assert parsed == [1]
+    assert run(FileSession("s1", fsdurable.Store(tmp_path / "big")).get_items()) == [
+        msg(i) for i in range(41)]
+
+
+def test_a_read_racing_another_writer_s_rewrite_reads_the_new_log(tmp_path: Path) -> None:
+    """A read takes no lock: the log it was about to read may be removed by another writer's
+    rewrite (its document already names the next log) — read again, never ``log_short``."""
+    root = tmp_path / "store"
+    cfg = fsdurable.Config(item_log_slack=0)
+    a = FileSession("s1", fsdurable.Store(root, config=cfg))
+    b = FileSession("s1", fsdurable.Store(root, config=cfg))
+    run(a.add_items([{"n": 0, "pad": "z" * 200}]))
+    held = a._load()  # a's read has loaded the document ...
+    run(b.add_items([{"n": 1, "pad": "x" * 600}]))
+    assert run(b.pop_item())["n"] == 1  # ... b rewrites: log 1 named, log 0 removed
+    assert not log(root).exists() and log(root, n=1).exists()
+    real = a._load
+    calls = iter([held])
+    a._load = lambda **kw: next(calls, None) or real(**kw)  # type: ignore[method-assign]
+    assert run(a.get_items()) == [{"n": 0, "pad": "z" * 200}]
+
+
+def test_a_malformed_log_reference_keeps_every_file(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = fsdurable.Store(root, config=fsdurable.Config(segment_grace=0))
+    run(FileSession("s1", store).add_items([msg(1)]))
+    path = root / "sessions" / "s1.json"
+    d = json.loads(path.read_bytes())
+    d["metadata"][KEY]["items_log"]["at"] = -1
+    path.write_text(json.dumps(d))
+    codes = {f.code for f in fsdurable.doctor(fsdurable.Store(root, config=store.config),
+                                              repair=True)}
+    assert "orphan_segments" not in codes
+    assert log(root).exists()  # "left as it is", and so it is
+
+
+def test_a_restored_document_never_reads_the_log_of_the_session_started_over(
+        tmp_path: Path) -> None:
+    """A corrupt document is quarantined and the session started over with a new log 0;
+    restoring the old document later must not read the new session's items as its own."""
+    root = tmp_path / "store"
+    store = fsdurable.Store(root)
+    run(FileSession("s1", store).add_items([msg("old")]))
+    old_doc = (root / "sessions" / "s1.json").read_bytes()
+    (root / "sessions" / "s1.json").write_bytes(b"{not json")
+    run(FileSession("s1", fsdurable.Store(root)).add_items([msg("new")]))
+    (root / "sessions" / "s1.json").write_bytes(old_doc)  # a restore, by hand or by tool
+    with pytest.raises(fsdurable.UnreadableState) as info:
+        run(FileSession("s1", fsdurable.Store(root)).get_items())
+    assert info.value.reason == "log_short" and "another log" in info.value.message

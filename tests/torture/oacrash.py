@@ -482,17 +482,6 @@ def _append_at_the_end(path: str, offset: int, data: bytes, *, durable: bool = T
         - size + offset
 
 
-def _log_bytes(self: Any, items: Sequence[Any], n: int) -> bytes:
-    """What ``Items._whole`` writes as log ``n`` holding ``items``."""
-    from fsdurable._itemlog import encode_frame, encode_header
-    from fsdurable._oaitems import _encoded
-
-    data = encode_header(self.sid, self.store.node_id, n)
-    if items:
-        data += encode_frame(0, _encoded(items, self.sid), len(items))
-    return data
-
-
 def _document_first(self: Any, s: Any, op: Any) -> tuple[Any, Any]:
     """Items._first committing the document that names log 0 before writing log 0."""
     import attrs as _attrs
@@ -507,14 +496,14 @@ def _document_first(self: Any, s: Any, op: Any) -> tuple[Any, Any]:
         return s, None
     at, new, out = got
     items = [*old[:at], *new]
-    ref = {"n": 0, "at": len(_log_bytes(self, items, 0))}
+    data, ref = self.encoded(items, 0)
     if s is None:
         doc = self.store.create(self.sid, source=SOURCE, metadata={KEY: {REF: ref}})
     else:
         lanes = {k: v for k, v in s.lanes.items() if k != KEY}
         doc = self.store._commit_locked(with_adapter_ns(_attrs.evolve(s, lanes=lanes), KEY,
                                                         items=None, **{REF: ref}), s.version)
-    self._whole(items, 0, doc)
+    self.write_new_log(0, data)
     return doc, out
 
 
@@ -527,10 +516,9 @@ def _rewrite_document_first(self: Any, s: Any, v: Any) -> Any:
 
     items = log_items(self.path(v.n), v, 0, v.count, self._max)
     n = v.n + 1
-    doc = self.store._commit_locked(
-        with_adapter_ns(s, KEY, **{REF: {"n": n, "at": len(_log_bytes(self, items, n))}}),
-        s.version)
-    self._whole(items, n, doc)
+    data, ref = self.encoded(items, n)
+    doc = self.store._commit_locked(with_adapter_ns(s, KEY, **{REF: ref}), s.version)
+    self.write_new_log(n, data)
     _fsio.unlink(self.path(v.n), durable=self.store.config.fsync)
     return doc
 
@@ -543,10 +531,9 @@ def _rewrite_unlink_first(self: Any, s: Any, v: Any) -> Any:
     from fsdurable._oaitems import KEY
 
     items = log_items(self.path(v.n), v, 0, v.count, self._max)
-    data, n = self._whole(items, v.n + 1, s)
+    ref = self._whole(items, v.n + 1)
     _fsio.unlink(self.path(v.n), durable=self.store.config.fsync)
-    return self.store._commit_locked(
-        with_adapter_ns(s, KEY, **{REF: {"n": n, "at": len(data)}}), s.version)
+    return self.store._commit_locked(with_adapter_ns(s, KEY, **{REF: ref}), s.version)
 
 
 def _patches(name: str) -> list[tuple[Any, str, Any]]:
