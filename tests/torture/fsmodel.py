@@ -21,6 +21,7 @@ import hashlib
 import itertools
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -308,3 +309,17 @@ def distinct_crash_states(model: FsModel, ops: list[Any], acked: Callable[[int],
                 yield k, n, state
         if k < len(ops):
             model.record(*ops[k])
+
+
+def states_on_disk(root: str, snap: Any, ops: list[Any], acked: Callable[[int], int], *,
+                   exhaustive: bool, where: str | None, prefix: str
+                   ) -> Iterator[tuple[int, CrashState, str]]:
+    """``distinct_crash_states`` of ``ops`` replayed from ``snap``, each materialised in turn
+    under one temporary directory (in ``where``): ``(k, state, its root)`` — the loop the
+    adapters' explorers (LangGraph's log, the item log) share."""
+    model = FsModel(root, snap)
+    with tempfile.TemporaryDirectory(dir=where, prefix=prefix) as tmp:
+        state_root = os.path.join(tmp, "state")
+        for k, _, state in distinct_crash_states(model, ops, acked, exhaustive=exhaustive):
+            state.materialise(state_root)
+            yield k, state, state_root

@@ -31,7 +31,7 @@ from fsdurable._config import Config
 from fsdurable._store import Store
 
 from .explorer import SHM, Clock, _marker_biconditional, _parse_all
-from .fsmodel import FsModel, Snapshot, distinct_crash_states, snapshot
+from .fsmodel import FsModel, Snapshot, snapshot, states_on_disk
 
 View = dict[str, Any]  # {"latest": {ns: id}, "writes": {ns: n}, "ids": sorted [(ns, id)]}
 
@@ -258,22 +258,17 @@ def explore(rec: LgRecording, *, exhaustive: bool = False, max_violations: int =
             ) -> LgReport:
     t = time.monotonic()
     report = LgReport(ops=len(rec.ops), calls=len(rec.calls))
-    model = FsModel(rec.root, rec.snap)
-    with tempfile.TemporaryDirectory(dir=SHM, prefix="fsd-lgcrash-") as tmp:
-        where_root = os.path.join(tmp, "state")
-        states = distinct_crash_states(model, rec.ops,
-                                       lambda k: sum(1 for c in rec.calls if c.end <= k),
-                                       exhaustive=exhaustive)
-        for k, _, state in states:
-            report.states += 1
-            state.materialise(where_root)
-            v = check_state(rec, k, where_root, state.note)
-            if v:
-                report.violations.extend(v[:3])
-                if len(report.violations) >= max_violations:
-                    report.crash_points = k + 1
-                    report.seconds = time.monotonic() - t
-                    return report
+    for k, state, where_root in states_on_disk(
+            rec.root, rec.snap, rec.ops, lambda k: sum(1 for c in rec.calls if c.end <= k),
+            exhaustive=exhaustive, where=SHM, prefix="fsd-lgcrash-"):
+        report.states += 1
+        v = check_state(rec, k, where_root, state.note)
+        if v:
+            report.violations.extend(v[:3])
+            if len(report.violations) >= max_violations:
+                report.crash_points = k + 1
+                report.seconds = time.monotonic() - t
+                return report
     report.crash_points = len(rec.ops) + 1
     report.seconds = time.monotonic() - t
     return report

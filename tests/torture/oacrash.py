@@ -42,7 +42,7 @@ from fsdurable._fsio import _write
 from fsdurable._store import Store
 
 from .explorer import SHM, Clock
-from .fsmodel import FsModel, Snapshot, distinct_crash_states, snapshot
+from .fsmodel import FsModel, Snapshot, snapshot, states_on_disk
 
 Items = tuple[Any, ...]
 # the workload's rewrite threshold: a few pops and clears pass it (the live items' bytes too)
@@ -435,25 +435,20 @@ def explore(rec: OaRecording, *, exhaustive: bool = False, max_violations: int =
     one state in that many (1: all; 0: none)."""
     t = time.monotonic()
     report = OaReport(ops=len(rec.ops), calls=len(rec.calls), violations=list(rec.violations))
-    model = FsModel(rec.root, rec.snap)
-    with tempfile.TemporaryDirectory(dir=SHM, prefix="fsd-oacrash-") as tmp:
-        where_root = os.path.join(tmp, "state")
-        states = distinct_crash_states(model, rec.ops,
-                                       lambda k: sum(1 for c in rec.calls if c.end <= k),
-                                       exhaustive=exhaustive)
-        for k, _, state in states:
-            report.states += 1
-            state.materialise(where_root)
-            v = check_state(rec, k, where_root, state.note, report=report,
-                            with_startup=startup_every > 0
-                            and report.states % startup_every == 0)
-            if v:
-                report.from_states += 1
-                report.violations.extend(v[:3])
-                if len(report.violations) >= max_violations:
-                    report.crash_points = k + 1
-                    report.seconds = time.monotonic() - t
-                    return report
+    for k, state, where_root in states_on_disk(
+            rec.root, rec.snap, rec.ops, lambda k: sum(1 for c in rec.calls if c.end <= k),
+            exhaustive=exhaustive, where=SHM, prefix="fsd-oacrash-"):
+        report.states += 1
+        v = check_state(rec, k, where_root, state.note, report=report,
+                        with_startup=startup_every > 0
+                        and report.states % startup_every == 0)
+        if v:
+            report.from_states += 1
+            report.violations.extend(v[:3])
+            if len(report.violations) >= max_violations:
+                report.crash_points = k + 1
+                report.seconds = time.monotonic() - t
+                return report
     report.crash_points = len(rec.ops) + 1
     report.seconds = time.monotonic() - t
     return report
