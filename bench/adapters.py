@@ -309,7 +309,7 @@ def section(d: dict[str, Any]) -> str:
                   for who, label in (("fsdurable", "`FileSession`"),
                                      ("sqlite", "`SQLiteSession`"))]
         labels += [(k, label) for k, label in (
-            ("fsdurable_growing", "`FileSession` growing (segments amortised)"),
+            ("fsdurable_growing", "`FileSession` growing (nothing popped)"),
             ("floor_document", "floor: the document by rename (2 fsyncs)"),
             ("floor_document_hop", "floor: the document by rename, through the thread hop "
                                    "`SQLiteSession` makes (`asyncio.to_thread`)"),
