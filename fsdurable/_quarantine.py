@@ -63,7 +63,8 @@ def parse_name(store: Store, name: str) -> Quarantined:
     m = _repair._NAME.match(name)
     if m is None:
         return Quarantined(name, path, "unknown", name, None, None, st.st_size if st else 0)
-    stamp, _, kind, reason, original = m.groups()
+    stamp, _, dotted, reason, bare, original = m.groups()
+    kind = dotted or bare
     try:
         at: float | None = calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%S"))
     except ValueError:

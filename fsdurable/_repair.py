@@ -53,7 +53,10 @@ NOTHING = "nothing"
 FAILED = "failed"  # the disk refused (the file stays; the next look retries)
 
 Key = tuple[int, int, int, int]
-_NAME = re.compile(r"^(\d{8}T\d{6})-([0-9a-f]+)-([a-z-]+?)(?:\.([a-z0-9_]+))?-(.+)$")
+# <stamp>-<random>-<kind>.<reason>-<original> (``_dest``); a kind may hold hyphens
+# (conflict-session, item-log) and a reason never does, so the dotted form is tried first.
+# Names without a reason (older files) fall back to the shortest kind.
+_NAME = re.compile(r"^(\d{8}T\d{6})-([0-9a-f]+)-(?:([a-z-]+)\.([a-z0-9_]+)|([a-z-]+?))-(.+)$")
 
 
 def key(st: os.stat_result) -> Key:

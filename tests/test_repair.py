@@ -480,3 +480,27 @@ def test_the_gate_never_takes_a_case_alias_for_a_bad_file(exfat_dir: Path) -> No
     [kept] = os.listdir(st.layout.quarantine)
     assert (Path(st.layout.quarantine) / kept).read_bytes() == b"\x00torn"
     assert [m.session_id for m in st.interrupted()] == ["Chat"]
+
+
+def test_a_quarantined_file_of_a_hyphenated_kind_lists_as_it_was_moved(store: Store) -> None:
+    """``<stamp>-<random>-<kind>.<reason>-<original>``: a kind with a hyphen (a sync tool's
+    conflict copy, ``conflict-session``; an item log, ``item-log``) was cut at its first
+    hyphen, so a conflict copy listed as kind ``conflict`` with no reason and could not be
+    restored although ``conflict-session`` is a restorable kind."""
+    from fsdurable import _repair
+    from fsdurable._quarantine import listing
+
+    s = store.create("q")
+    copy = store.layout.session("q").replace(".json", ".sync-conflict-20261206-x.json")
+    log = f"{store.layout.root}/items-000000.log"
+    for kind, reason, path in (("conflict-session", "sync_conflict", copy),
+                               ("item-log", "unnamed_log", log)):
+        with open(path, "wb") as f:
+            f.write(encode_session(s) if kind != "item-log" else b"x")
+        assert _repair.quarantine(store, path, kind=kind, reason=reason,
+                                  expect=_fsio.lstat(path)) is not None
+    got = {q.kind: q for q in listing(store)}
+    assert set(got) == {"conflict-session", "item-log"}
+    assert got["conflict-session"].reason == "sync_conflict"
+    assert got["conflict-session"].restorable and got["conflict-session"].session_id == "q"
+    assert got["item-log"].reason == "unnamed_log" and not got["item-log"].restorable
