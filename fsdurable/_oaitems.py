@@ -285,7 +285,7 @@ class Items:
             self._own()
         st = _fsio.lstat(path)
         if st is not None:
-            quarantine(store, path, kind="item_log", reason="unnamed_log", expect=st,
+            quarantine(store, path, kind="item-log", reason="unnamed_log", expect=st,
                        session_id=self.sid)
         _fsio.write_atomic(path, data, durable=store.config.fsync)
         self._view = None

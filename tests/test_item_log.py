@@ -207,6 +207,11 @@ def test_an_unnamed_log_is_set_aside_never_overwritten(tmp_path: Path) -> None:
     [q] = list((root / "quarantine").iterdir())
     assert q.read_bytes() == theirs
     assert [e.code for e in store.events("s1")].count("file_quarantined") == 1
+    from fsdurable._quarantine import listing  # what `fsdurable quarantine` lists
+
+    [item] = listing(store)
+    assert (item.kind, item.reason, item.original) == ("item-log", "unnamed_log",
+                                                       "items-000000.log")
 
 
 def test_an_old_log_a_crash_left_unnamed_goes_through_the_repair_gate(tmp_path: Path) -> None:
