@@ -43,6 +43,7 @@ from fsdurable._store import Store
 
 from .explorer import SHM, Clock
 from .fsmodel import FsModel, Snapshot, snapshot, states_on_disk
+from .lgcrash import LgReport
 
 Items = tuple[Any, ...]
 # the workload's rewrite threshold: a few pops and clears pass it (the live items' bytes too)
@@ -290,13 +291,7 @@ def _then(items: list[Any], new: list[Any]) -> str:
 
 
 @attrs.define
-class OaReport:
-    crash_points: int = 0
-    states: int = 0
-    ops: int = 0
-    calls: int = 0
-    violations: list[str] = attrs.Factory(list)
-    seconds: float = 0.0
+class OaReport(LgReport):  # the LangGraph explorer's figures, and:
     from_states: int = 0  # crash states with a violation (the rest: what the workload saw)
     started: int = 0  # states started up (discovery, doctor --repair)
     repaired: dict[str, int] = attrs.Factory(dict)  # what those startups repaired, by code
