@@ -26,7 +26,7 @@ import pytest
 from fsdurable import Store
 from fsdurable import _events as ev
 from fsdurable._doctor import doctor
-from fsdurable._errors import FsDurableError
+from fsdurable._errors import FsDurableError, SessionNotFound
 from fsdurable._model import Message
 from fsdurable._sync import conflict_copies, foreign_turns, ignore_file, resolve, versions
 
@@ -366,6 +366,12 @@ def test_syncthing_conflict_copy_is_recognised_and_resolved(syncthing: Syncthing
     assert r.kept_version == 2  # the latest commit (the laptop's), not the highest version
     wait_until(lambda: not any(".sync-conflict-" in n for n in os.listdir(r0 / "sessions")),
                "the resolution", syncthing)
-    wait_until(lambda: [m.content for m in laptop.load("s").messages] == ["laptop 1"],
+    def contents() -> list[str] | None:  # while Syncthing applies the resolution, s.json
+        try:  # may be absent for a moment (met once in CI at 147da61): not yet, not a failure
+            return [m.content for m in laptop.load("s").messages]
+        except SessionNotFound:
+            return None
+
+    wait_until(lambda: contents() == ["laptop 1"],
                "the resolved session", syncthing)
     assert "edge 2" in kept_messages(laptop)  # nothing lost, on the laptop too
