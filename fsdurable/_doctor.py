@@ -393,30 +393,30 @@ class _Scan:
         """Each item log the document names (docs/storage.md, "Item logs"): short (lost, or
         not delivered by a sync tool yet), unreadable, or with a torn tail (a write a crash cut
         short: readers ignore it, the next write cuts it). Reported only: nothing to repair."""
-        from ._itemlog import REF, log_name, ref_of, scan
+        from ._itemlog import log_name, named, refs, scan, short
 
-        for key in sorted(s.metadata):
-            ns = s.metadata[key]
-            if not (isinstance(ns, dict) and REF in ns):
-                continue
-            directory = self.store.layout.history_dir(sid)
+        directory = self.store.layout.history_dir(sid)
+        try:
+            named_logs = refs(s)
+        except UnreadableState as e:  # a malformed reference: the repair gate keeps every file
+            self.add("item_log_unreadable", self.store.layout.session(sid),
+                     f"{e.message}; left as it is", session_id=sid)
+            return
+        for ref in named_logs.values():
+            path = f"{directory}/{log_name(ref['n'])}"
             try:
-                ref = ref_of(s, key)
-                path = f"{directory}/{log_name(ref['n'])}"
                 _fsio.own_dirs(self.store.layout.history, directory)
                 view = scan(path, None, self.store.config.max_file_bytes)
             except UnreadableState as e:
                 if e.reason == "not_a_directory":
                     continue  # reported as history_not_a_directory
-                self.add("item_log_unreadable", e.path or self.store.layout.session(sid),
-                         f"{e.message}; left as it is", session_id=sid)
+                self.add("item_log_unreadable", e.path or path, f"{e.message}; left as it is",
+                         session_id=sid)
                 continue
-            if view is None or view.end < ref["at"]:
-                got = "missing" if view is None else f"valid to byte {view.end}"
-                self.add("item_log_short", path, f"the item log is {got}, shorter than its "
-                         f"document has seen ({ref['at']}): lost, or not delivered by a sync "
-                         "tool yet; left as it is", session_id=sid)
-            elif view.torn:
+            if not named(view, ref):  # what every reader of the session meets (_itemlog)
+                self.add("item_log_short", path, f"{short(path, view, ref).message}; left as "
+                         "it is", session_id=sid)
+            elif view is not None and view.torn:
                 self.add("item_log_torn_tail", path, f"bytes after the last valid frame "
                          f"(byte {view.end}): a write a crash cut short; readers ignore them, "
                          "the next write cuts them", severity=INFO, session_id=sid)

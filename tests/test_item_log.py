@@ -452,3 +452,5 @@ def test_a_restored_document_never_reads_the_log_of_the_session_started_over(
     with pytest.raises(fsdurable.UnreadableState) as info:
         run(FileSession("s1", fsdurable.Store(root)).get_items())
     assert info.value.reason == "log_short" and "another log" in info.value.message
+    [f] = [f for f in fsdurable.doctor(fsdurable.Store(root)) if f.code == "item_log_short"]
+    assert "another log" in f.detail  # doctor judges it as every reader does
