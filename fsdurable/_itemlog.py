@@ -297,12 +297,9 @@ def short(path: str, view: ItemView | None, ref: dict[str, Any]) -> UnreadableSt
 def logs_ready(history_dir: str, s: Any, max_frame: int) -> None:
     """Every item log the document ``s`` names reaches what it has seen (``check``);
     UnreadableState (``log_short``, ``corrupt``) for the first that does not."""
-    for key in sorted(s.metadata):
-        ns = s.metadata[key]
-        if isinstance(ns, dict) and REF in ns:
-            ref = ref_of(s, key)
-            _fsio.own_dirs(os.path.dirname(history_dir), history_dir)
-            check(f"{history_dir}/{log_name(ref['n'])}", ref, max_frame)
+    for ref in refs(s).values():
+        _fsio.own_dirs(os.path.dirname(history_dir), history_dir)
+        check(f"{history_dir}/{log_name(ref['n'])}", ref, max_frame)
 
 
 __all__ = [

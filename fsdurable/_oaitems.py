@@ -181,8 +181,7 @@ class Items:
         at, new, out = got
         frame = encode_frame(at, _encoded(new, self.sid) if new else b"", len(new))
         self._fits(len(frame))
-        path = self.path(v.n)
-        self._own()
+        path = self.path(v.n)  # (its directory judged by view(), under the same lock)
         end = _fsio.append_at(path, v.end, frame, durable=self.store.config.fsync)
         v.wrote(end - len(frame), frame, at, len(new))
         assert s is not None

@@ -336,22 +336,20 @@ def read_history(s: Session) -> None:
         tuple(values)
 
 
-def history_ready(host: Host | None, s: Session, store: Store | None = None) -> None:
+def history_ready(host: Host | None, s: Session, store: Store) -> None:
     """Raise if the history resuming ``s`` needs is not readable (the host says what that is;
-    with ``store``, every item log the document names must reach what it has seen too)."""
+    every item log the document names must reach what it has seen too)."""
     check = getattr(host, "history_ready", None)
     if check is not None:
         check(s)
     else:
         read_history(s)
-    if store is not None:
-        from ._itemlog import logs_ready
+    from ._itemlog import logs_ready
 
-        logs_ready(store.layout.history_dir(s.id), s, store.config.max_file_bytes)
+    logs_ready(store.layout.history_dir(s.id), s, store.config.max_file_bytes)
 
 
-def waiting_for(host: Host | None, s: Session,
-                store: Store | None = None) -> tuple[str, Exception] | None:
+def waiting_for(host: Host | None, s: Session, store: Store) -> tuple[str, Exception] | None:
     """(why the history resuming ``s`` needs is waiting for sync, the error met), or None: it
     reads — or it fails another way (corrupt, short, the disk's EIO, a host's own check that
     raised), which the resume itself then meets and fails its attempt on, as it did before this
