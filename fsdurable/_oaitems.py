@@ -153,12 +153,18 @@ class Items:
             return len(legacy_items(s)), None
         return v.count, {"n": v.n, "at": v.end, **({"gen": v.gen} if v.gen else {})}
 
-    def read(self, s: Session | None, lo: int, hi: int | None = None) -> list[Item]:
-        """Items ``lo`` .. ``hi - 1`` (None: to the end), parsed afresh."""
+    def read(self, s: Session | None, lo: int, hi: int | None = None, *,
+             last: int | None = None) -> list[Item]:
+        """Items ``lo`` .. ``hi - 1`` (None: to the end), parsed afresh; ``last``: the last
+        that many instead (the log looked at once)."""
         v = self.view(s)
         if v is None:
             got = legacy_items(s)
+            if last is not None:
+                lo = max(0, len(got) - last)
             return list(got[lo:hi])
+        if last is not None:
+            lo = max(0, v.count - last)
         hi = v.count if hi is None else min(hi, v.count)
         if lo >= hi:
             return []

@@ -127,9 +127,8 @@ class FileSession:
         for _ in range(_REREADS):
             try:
                 with self._mu:
-                    n = self._items.count(s)
-                    lo = 0 if limit is None or limit < 0 else max(0, n - limit)
-                    return self._items.read(s, lo)
+                    return self._items.read(s, 0, last=None if limit is None or limit < 0
+                                            else limit)
             except UnreadableState as e:
                 again = self._load() if e.reason == "log_short" else s
                 if again is None or _ns(again).get("items_log") == _ns(s).get("items_log"):
