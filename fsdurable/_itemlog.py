@@ -62,11 +62,15 @@ def encode_header(session_id: str, node_id: str | None, n: int, gen: str) -> byt
                          "n": n, "gen": gen}) + b"\n"
 
 
-def encode_frame(at: int, items: bytes, n: int) -> bytes:
-    """A frame: cut to ``at``, then append ``n`` items (``items``: their JSON array bytes)."""
+def encode_frame(at: int, items: bytes, n: int, *, stdlib: bool = False) -> bytes:
+    """A frame: cut to ``at``, then append ``n`` items (``items``: their JSON array bytes;
+    ``stdlib``: written by the standard library, which must read them: ``_jsoncopy``)."""
     import orjson
 
-    body = orjson.dumps({"format": FRAME_FORMAT, "at": at, "n": n}) + b"\n" + items
+    hdr: dict[str, Any] = {"format": FRAME_FORMAT, "at": at, "n": n}
+    if stdlib:
+        hdr["stdlib"] = True
+    body = orjson.dumps(hdr) + b"\n" + items
     return _ENV.pack(MAGIC, len(body), zlib.crc32(body)) + body
 
 
@@ -96,7 +100,8 @@ def ref_of(s: Any, key: str) -> dict[str, Any]:
 @attrs.define
 class ItemView:
     """What the valid frames of one log file say, parsed up to ``end``. ``frames`` holds the
-    live ones: ``[first item index, offset of the items array, its length, live items]``."""
+    live ones: ``[first item index, offset of the items array, its length, live items, the
+    frame's bytes, 1 if the standard library wrote the array]``."""
 
     key: tuple[int, int]  # (st_dev, st_ino) of the file parsed
     base: int  # end of the file's header line
@@ -108,16 +113,17 @@ class ItemView:
     live: int = 0  # bytes of the live frames, whole (the rest of the file is dead: a rewrite)
     torn: bool = False  # parsing stopped on bytes that are no valid frame
 
-    def apply(self, at: int, offset: int, length: int, n: int, size: int) -> None:
+    def apply(self, at: int, offset: int, length: int, n: int, size: int,
+              stdlib: bool = False) -> None:
         """Take one frame (valid: ``at`` <= ``count``; ``size``: its bytes, envelope and
-        header included): cut, then append."""
+        header included; ``stdlib``: its array is the standard library's): cut, then append."""
         frames = self.frames
         while frames and frames[-1][0] >= at:
             self.live -= frames.pop()[4]
         if frames and frames[-1][0] + frames[-1][3] > at:
             frames[-1][3] = at - frames[-1][0]
         if n:
-            frames.append([at, offset, length, n, size])
+            frames.append([at, offset, length, n, size, int(stdlib)])
             self.live += size
         self.count = at + n
 
@@ -152,29 +158,31 @@ class ItemView:
             if not (isinstance(hdr, dict) and hdr.get("format") == FRAME_FORMAT
                     and type(hdr.get("at")) is int and type(hdr.get("n")) is int
                     and 0 <= hdr["at"] <= self.count and hdr["n"] >= 0
-                    and (hdr["n"] == 0) == (nl == len(body) - 1)):
+                    and (hdr["n"] == 0) == (nl == len(body) - 1)
+                    and hdr.get("stdlib", False) in (True, False)):
                 self.torn = True
                 break
-            self.apply(hdr["at"], at + start + nl + 1, n - nl - 1, hdr["n"], _ENV.size + n)
+            self.apply(hdr["at"], at + start + nl + 1, n - nl - 1, hdr["n"], _ENV.size + n,
+                       hdr.get("stdlib", False))
             i = start + n
             self.end = at + i
         return i
 
-    def wrote(self, at: int, frame: bytes, cut: int, n: int) -> None:
+    def wrote(self, at: int, frame: bytes, cut: int, n: int, stdlib: bool = False) -> None:
         """Take the frame this process just appended at ``at`` as ``feed`` would parse it,
         without reading it back (tests/test_item_log.py checks that a reader parses the same)."""
         nl = frame.index(b"\n", _ENV.size)
-        self.apply(cut, at + nl + 1, len(frame) - nl - 1, n, len(frame))
+        self.apply(cut, at + nl + 1, len(frame) - nl - 1, n, len(frame), stdlib)
         self.end = at + len(frame)
 
-    def spans(self, lo: int, hi: int) -> Iterator[tuple[int, int, int, int, int]]:
-        """The live frames holding items ``lo`` .. ``hi - 1``: (first, offset, length, skip,
-        take) — parse the frame's array, then take ``take`` items from ``skip``."""
-        for first, off, length, live, _size in self.frames:
+    def spans(self, lo: int, hi: int) -> Iterator[tuple[int, int, int, int, bool]]:
+        """The live frames holding items ``lo`` .. ``hi - 1``: (offset, length, skip, take,
+        stdlib) — parse the frame's array, then take ``take`` items from ``skip``."""
+        for first, off, length, live, _size, stdlib in self.frames:
             if first + live <= lo or first >= hi:
                 continue
             skip = max(lo - first, 0)
-            yield first, off, length, skip, min(hi, first + live) - first - skip
+            yield off, length, skip, min(hi, first + live) - first - skip, bool(stdlib)
 
 
 def scan(path: str, view: ItemView | None, max_frame: int) -> ItemView | None:
@@ -251,10 +259,10 @@ def read_items(path: str, view: ItemView, lo: int, hi: int, max_frame: int) -> l
     from ._jsoncopy import json_loads
 
     out: list[Any] = []
-    for _first, off, length, skip, take in view.spans(lo, hi):
+    for off, length, skip, take, stdlib in view.spans(lo, hi):
         data, _ = _read_span(path, off, min(length, max_frame))
         try:
-            arr = json_loads(data) if len(data) == length else None
+            arr = json_loads(data, stdlib=stdlib) if len(data) == length else None
         except ValueError:
             arr = None
         if not isinstance(arr, list) or len(arr) < skip + take:

@@ -59,24 +59,23 @@ def json_copy(value: Any) -> Any:
     return json.loads(json.dumps(value, ensure_ascii=False, allow_nan=False))
 
 
-def json_bytes(value: Any) -> bytes:
-    """The JSON text ``json_copy`` reads back, as UTF-8 bytes: orjson's where that is the
-    same (module doc), the standard library's (ASCII, lone surrogates escaped) elsewhere."""
+def json_bytes(value: Any) -> tuple[bytes, bool]:
+    """The JSON text ``json_copy`` reads back, as UTF-8 bytes, and whether the standard
+    library wrote it: orjson's where that is the same (module doc), else the standard
+    library's (ASCII, lone surrogates escaped). Text the standard library wrote must be read
+    by it (``json_loads(data, stdlib=True)``): orjson reads an integer past 64 bits as a
+    float, without an error."""
     if _plain(value, 0):
         try:
-            return orjson.dumps(value)
+            return orjson.dumps(value), False
         except (TypeError, ValueError):
             pass
-    return json.dumps(value, ensure_ascii=True, allow_nan=False).encode("ascii")
+    return json.dumps(value, ensure_ascii=True, allow_nan=False).encode("ascii"), True
 
 
-def json_loads(data: bytes) -> Any:
-    """Read what ``json_bytes`` wrote (orjson; the standard library for what orjson refuses:
-    a lone surrogate's escape, an integer past 64 bits)."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)
+def json_loads(data: bytes, *, stdlib: bool) -> Any:
+    """Read what ``json_bytes`` wrote, with the library that wrote it."""
+    return json.loads(data) if stdlib else orjson.loads(data)
 
 
 __all__ = ["json_bytes", "json_copy", "json_loads"]

@@ -94,8 +94,9 @@ def _json(value: Any, what: str, sid: str) -> Any:
                            reason="not_json") from e
 
 
-def _encoded(items: Sequence[Item], sid: str) -> bytes:
-    """The items' JSON array, as ``_json`` would copy them; InvalidState if not JSON."""
+def _encoded(items: Sequence[Item], sid: str) -> tuple[bytes, bool]:
+    """The items' JSON array, as ``_json`` would copy them, and whether the standard library
+    wrote it (``_jsoncopy.json_bytes``); InvalidState if not JSON."""
     try:
         return json_bytes(list(items))
     except (TypeError, ValueError) as e:
@@ -185,11 +186,12 @@ class Items:
         if got is None:
             return s, None
         at, new, out = got
-        frame = encode_frame(at, _encoded(new, self.sid) if new else b"", len(new))
+        data, stdlib = _encoded(new, self.sid) if new else (b"", False)
+        frame = encode_frame(at, data, len(new), stdlib=stdlib)
         self._fits(len(frame))
         path = self.path(v.n)  # (its directory judged by view(), under the same lock)
         end = _fsio.append_at(path, v.end, frame, durable=self.store.config.fsync)
-        v.wrote(end - len(frame), frame, at, len(new))
+        v.wrote(end - len(frame), frame, at, len(new), stdlib)
         assert s is not None
         slack = max(self.store.config.item_log_slack, v.live)
         h = self._hold
@@ -262,15 +264,22 @@ class Items:
         out = [encode_header(self.sid, self.store.node_id, n, gen)]
         group: list[bytes] = []
         first = size = 0
+        stdlib = False  # a group holding one item the standard library wrote is read by it
+
+        def flush() -> None:
+            out.append(encode_frame(first, b"[" + b",".join(group) + b"]", len(group),
+                                    stdlib=stdlib))
+
         for i, item in enumerate(items):
-            one = _encoded([item], self.sid)[1:-1]
+            one, by_stdlib = _encoded([item], self.sid)
             if group and size + len(one) > _CHUNK:
-                out.append(encode_frame(first, b"[" + b",".join(group) + b"]", len(group)))
-                group, first, size = [], i, 0
-            group.append(one)
-            size += len(one) + 1
+                flush()
+                group, first, size, stdlib = [], i, 0, False
+            group.append(one[1:-1])
+            size += len(one) - 1
+            stdlib = stdlib or by_stdlib
         if group:
-            out.append(encode_frame(first, b"[" + b",".join(group) + b"]", len(group)))
+            flush()
         for frame in out[1:]:
             self._fits(len(frame))
         data = b"".join(out)
