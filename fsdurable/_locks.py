@@ -170,7 +170,8 @@ class Locks:
         self._mk = threading.Lock()
         self._paths: dict[tuple[str, str], str] = {}
 
-    def _path(self, kind: str, key: str) -> str:
+    def path(self, kind: str, key: str) -> str:
+        """The lock file of the ``kind`` lock for ``key`` (``acquire``'s ``path``)."""
         path = self._paths.get((kind, key))
         if path is not None:
             return path
@@ -184,28 +185,77 @@ class Locks:
         self._paths[(kind, key)] = path
         return path
 
-    @staticmethod
-    def _file(path: str) -> _File:
-        """The open lock file at ``path`` (opened if not cached), counted as in use."""
-        with _MU:
-            f = _FILES.pop(path, None)
-            if f is None or f.fh.closed:
-                f = _File(path, _fsio.open_lock(path))
-            _FILES[path] = f  # the most recently used last
-            f.users += 1
-            return f
-
     def hold(self, kind: str, key: str, *, timeout: float, poll: float = 0.002,
              session_id: str | None = None) -> _Hold:
         """Hold the exclusive ``kind`` lock for ``key`` (a context manager); LockTimeout after
         ``timeout`` seconds."""
-        return _Hold(self._path(kind, key), kind, key, timeout, poll, session_id)
+        return _Hold(self.path(kind, key), kind, key, timeout, poll, session_id)
+
+
+def acquire(path: str, kind: str, key: str, timeout: float, poll: float = 0.002,
+            session_id: str | None = None) -> _File:
+    """Take the exclusive lock of the lock file at ``path`` (``Locks.path``): this process's
+    threads first (they share the open file), then the other processes (``flock``). LockTimeout
+    after ``timeout`` seconds (``kind`` and ``key`` name the lock in it). Returns the file, for
+    ``release`` — which may run in another thread (``AsyncStore.lock`` enters and leaves in
+    worker threads). One function, the file cache's steps inline: every commit takes one
+    (bench/commit.py, ``part_commit_lock``). The uncontended case tries each lock once, without
+    reading the clock: the deadline starts when a try is refused."""
+    with _MU:
+        f = _FILES.pop(path, None)
+        if f is None or f.fh.closed:
+            f = _File(path, _fsio.open_lock(path))
+        _FILES[path] = f  # the most recently used last
+        f.users += 1
+    start = None
+    try:
+        if not f.mu.acquire(False):
+            start = time.monotonic()
+            if not f.mu.acquire(True, min(max(timeout, 0.0), threading.TIMEOUT_MAX)):
+                raise _timeout(path, kind, key, timeout, session_id, " (by this process)")
+        try:
+            busy = _try_lock(f.fh)
+            if busy is not None:
+                deadline = (time.monotonic() if start is None else start) + timeout
+                delay = poll
+                while busy is not None:
+                    now = time.monotonic()
+                    if now >= deadline:
+                        raise _timeout(path, kind, key, timeout, session_id) from busy
+                    time.sleep(min(delay, deadline - now))
+                    delay = min(delay * 2, 0.05)
+                    busy = _try_lock(f.fh)
+        except BaseException:
+            f.mu.release()
+            raise
+    except BaseException:
+        _release(f)
+        raise
+    return f
+
+
+def release(f: _File) -> None:
+    """Give back the lock ``acquire`` took: the ``flock``, then the threads' lock."""
+    close = False
+    try:
+        if not f.fh.closed:  # closed: this is a forked child, which never held it
+            try:
+                _unlock(f.fh)
+            except Exception:  # closing the file releases it for sure
+                close = True
+    finally:
+        f.mu.release()
+        _release(f, close=close)
+
+
+def _timeout(path: str, kind: str, key: str, timeout: float, session_id: str | None,
+             why: str = "") -> LockTimeout:
+    return LockTimeout(f"{kind} lock for {key!r} still held after {timeout:g}s{why}",
+                       path=path, session_id=session_id, reason="timeout")
 
 
 class _Hold:
-    """One hold of a lock (``Locks.hold``): a class, not a generator, as ``storage_errors``
-    is — it wraps every commit. ``__exit__`` may run in another thread than ``__enter__``
-    (``AsyncStore.lock`` enters and leaves in worker threads)."""
+    """One hold of a lock (``Locks.hold``): ``acquire`` and ``release`` as a context manager."""
 
     __slots__ = ("f", "key", "kind", "path", "poll", "session_id", "timeout")
 
@@ -215,54 +265,11 @@ class _Hold:
         self.timeout, self.poll, self.session_id = timeout, poll, session_id
         self.f: _File | None = None
 
-    def _timeout(self, why: str = "") -> LockTimeout:
-        return LockTimeout(f"{self.kind} lock for {self.key!r} still held after "
-                           f"{self.timeout:g}s{why}", path=self.path,
-                           session_id=self.session_id, reason="timeout")
-
     def __enter__(self) -> None:
-        # the uncontended case (every commit of a single writer) tries each lock once, without
-        # reading the clock: the deadline starts when a try is refused
-        f = Locks._file(self.path)
-        timeout = self.timeout
-        start = None
-        try:
-            # this process's threads first (they share the open file), then the other processes
-            if not f.mu.acquire(False):
-                start = time.monotonic()
-                if not f.mu.acquire(True, min(max(timeout, 0.0), threading.TIMEOUT_MAX)):
-                    raise self._timeout(" (by this process)")
-            try:
-                busy = _try_lock(f.fh)
-                if busy is not None:
-                    deadline = (time.monotonic() if start is None else start) + timeout
-                    delay = self.poll
-                    while busy is not None:
-                        now = time.monotonic()
-                        if now >= deadline:
-                            raise self._timeout() from busy
-                        time.sleep(min(delay, deadline - now))
-                        delay = min(delay * 2, 0.05)
-                        busy = _try_lock(f.fh)
-            except BaseException:
-                f.mu.release()
-                raise
-        except BaseException:
-            _release(f)
-            raise
-        self.f = f
+        self.f = acquire(self.path, self.kind, self.key, self.timeout, self.poll,
+                         self.session_id)
 
     def __exit__(self, *exc: object) -> None:
         f, self.f = self.f, None
-        if f is None:
-            return
-        close = False
-        try:
-            if not f.fh.closed:  # closed: this is a forked child, which never held it
-                try:
-                    _unlock(f.fh)
-                except Exception:  # closing the file releases it for sure
-                    close = True
-        finally:
-            f.mu.release()
-            _release(f, close=close)
+        if f is not None:
+            release(f)

@@ -11,6 +11,7 @@ import os
 from contextlib import contextmanager
 
 from ._layout import state_dir, validate_session_id
+from ._locks import Locks, acquire, release
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
 if TYPE_CHECKING:
@@ -23,8 +24,6 @@ if TYPE_CHECKING:
 
 def _lockdir(self: Store) -> Any:
     if self._locks is None:
-        from ._locks import Locks
-
         self._locks = Locks(os.path.join(state_dir(self.root, real=True), "locks"))
     return self._locks
 
@@ -49,14 +48,15 @@ def _commit_lock(self: Store, sid: str, timeout: float | None = None) -> _Commit
 
 class _CommitHold:
     """One hold of a session's commit lock (``_commit_lock``), re-entrant within a thread (a
-    patch that migrates or quarantines takes it again): a class, not a generator — every commit
-    takes one (bench/commit.py, ``part_commit_lock``)."""
+    patch that migrates or quarantines takes it again): a class, not a generator, on
+    ``_locks.acquire``/``release`` directly — every commit takes one (bench/commit.py,
+    ``part_commit_lock``)."""
 
-    __slots__ = ("held", "hold", "key", "sid", "store", "timeout")
+    __slots__ = ("f", "held", "key", "sid", "store", "timeout")
 
     def __init__(self, store: Store, sid: str, timeout: float | None) -> None:
         self.store, self.sid, self.timeout = store, sid, timeout
-        self.hold: Any = None
+        self.f: Any = None
 
     def __enter__(self) -> None:
         # keyed by the lower-cased id: where the filesystem ignores case, "Bob" and "bob" are one
@@ -71,16 +71,16 @@ class _CommitHold:
         if key in held:  # re-entered by a patch that migrates or quarantines
             return
         t = store.config.commit_lock_timeout if self.timeout is None else self.timeout
-        hold = store._lockdir().hold("commit", key, timeout=t, session_id=self.sid)
-        hold.__enter__()
+        self.f = acquire(store._lockdir().path("commit", key), "commit", key, t,
+                         session_id=self.sid)
         held.add(key)
-        self.hold, self.held, self.key = hold, held, key
+        self.held, self.key = held, key
 
     def __exit__(self, *exc: object) -> None:
-        hold, self.hold = self.hold, None
-        if hold is not None:
+        f, self.f = self.f, None
+        if f is not None:
             self.held.discard(self.key)
-            hold.__exit__(*exc)
+            release(f)
 
 
 __all__ = ["commit_lock", "lock"]

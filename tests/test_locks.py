@@ -130,7 +130,7 @@ def test_a_lock_file_stays_open_between_holds_and_the_cache_is_bounded(
         backend: str, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     with store.commit_lock("k0"):
         pass
-    path = store._lockdir()._path("commit", "k0")
+    path = store._lockdir().path("commit", "k0")
     first = _locks._FILES[path].fh
     with store.commit_lock("k0"):
         assert _locks._FILES[path].fh is first  # not opened again
@@ -140,7 +140,7 @@ def test_a_lock_file_stays_open_between_holds_and_the_cache_is_bounded(
             with store.commit_lock(f"k{i}"):
                 pass
         assert len(_locks._FILES) <= 4
-        held = store._lockdir()._path("commit", "held")
+        held = store._lockdir().path("commit", "held")
         assert held in _locks._FILES  # in use: never closed
     assert first.closed  # the least recently used went first
 

@@ -21,8 +21,9 @@ import os
 
 from .._errors import DurabilityUnknown
 from .._layout import TEMP_SUFFIX, temp_prefix
+from . import _base
 from . import _write as _w
-from ._base import _O_BINARY, _O_CLOEXEC, _O_NOFOLLOW, FILE_MODE, _rec, storage_errors
+from ._base import _O_BINARY, _O_CLOEXEC, _O_NOFOLLOW, FILE_MODE, _rec, raise_typed, storage_errors
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (startup path)
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from typing import IO, Any
 
 # Who drives a write's steps. POSIX: this module, directly — atomicwrites' protocol there is the
-# same steps (temp file, write, fsync, rename, directory fsync), all of which ``_Steps`` performs
+# same steps (temp file, write, fsync, rename, directory fsync), all of which ``_posix`` performs
 # itself, and ``import atomicwrites`` (``tempfile``, ``shutil``, ``random``, ``bz2``, ``lzma``)
 # cost a fresh process's first commit 3.3 ms in a clean venv, 4.4 times a warm commit
 # (bench/commit.py). Elsewhere (Windows): atomicwrites' ``AtomicWriter`` drives them and its
@@ -47,8 +48,9 @@ _NAMES_MAX = 1024
 class _Steps:
     """Our steps of atomicwrites' ``AtomicWriter`` protocol (temp file beside the target, write,
     fsync, rename or create-if-absent; the temp file removed on failure): our temp names, every
-    step recorded, the inode's stat kept. ``_drive`` runs them on POSIX; elsewhere
-    ``AtomicWriter.open`` does (``_writer``: the class built on it, on the first write)."""
+    step recorded, the inode's stat kept. ``AtomicWriter.open`` drives them (``_writer``: the
+    class built on it, on the first write); on POSIX ``_posix`` performs the same steps in one
+    function, its create-if-absent through ``commit_name``."""
 
     _path: str
     _overwrite: bool
@@ -61,10 +63,7 @@ class _Steps:
         self._durable = durable
         names = _NAMES.get(path)
         if names is None:
-            directory, name = os.path.split(path)
-            if len(_NAMES) >= _NAMES_MAX:
-                _NAMES.clear()
-            names = _NAMES[path] = (directory, os.path.join(directory, temp_prefix(name)))
+            names = _names(path)
         self.directory, self._prefix = names
         self._tmp = ""
         self._keep = -1  # the temp file's descriptor, open across the rename (closed by us)
@@ -99,26 +98,29 @@ class _Steps:
         self.sync_fd(f.fileno())
 
     def sync_fd(self, fd: int) -> None:
-        """The temp file's fsync (unless not ``durable``): ``sync``'s, and ``_drive``'s."""
+        """The temp file's fsync (unless not ``durable``): ``sync``'s."""
         if self._durable:
-            _rec("fsync", self._tmp)
-            _w._fsync_fd(fd)
+            _w._sync_written(fd, self._tmp)
 
     def commit(self, f: IO[bytes] | None) -> None:
         if self._overwrite:
             _rec("rename", self._tmp, self._path)
             _w._retry_sharing(self._replace, self._tmp, self._path)
         else:
-            try:
-                _rec("link", self._tmp, self._path)
-                self._create(self._tmp, self._path)
-            except OSError as e:
-                if e.errno not in _w._NO_HARD_LINKS:
-                    raise
-                self._claim_then_rename()
+            self.commit_name()
         # the stat of OUR inode after the rename (which changed its ctime), race-free; the
         # directory fsync follows in write_atomic (a failure there is DurabilityUnknown)
         self.final = os.fstat(self._keep)
+
+    def commit_name(self) -> None:
+        """The temp file under the target's name, failing if it exists (no overwrite)."""
+        try:
+            _rec("link", self._tmp, self._path)
+            self._create(self._tmp, self._path)
+        except OSError as e:
+            if e.errno not in _w._NO_HARD_LINKS:
+                raise
+            self._claim_then_rename()
 
     def _replace(self, src: str, dst: str) -> None:
         os.replace(src, dst)
@@ -163,26 +165,6 @@ def _put(writer: _Steps, fd: int, data: bytes) -> None:
             view = view[os.write(fd, view):]
 
 
-def _drive(writer: _Steps, data: bytes) -> None:
-    """The steps in atomicwrites' order (``AtomicWriter._open``) on the temp file's descriptor
-    itself (no file object: it cost an ``fstat`` and an object per write): the temp file, the
-    data, its fsync, the rename; on any failure the temp file removed (a failure of that removal
-    never hides the first)."""
-    ok = False
-    try:
-        fd = writer.create_temp()
-        _put(writer, fd, data)
-        writer.sync_fd(fd)
-        writer.commit(None)
-        ok = True
-    finally:
-        if not ok:
-            try:  # noqa: SIM105 - contextlib is not imported on the commit path
-                writer.rollback(None)
-            except Exception:  # as atomicwrites: the first error is the one raised
-                pass
-
-
 _WRITER: list[type[_Steps]] = []
 
 
@@ -221,24 +203,13 @@ def write_atomic(
     of the same inode, so no other writer can slip in), for the caller to recognise its own write
     later without re-reading it.
     """
-    with storage_errors(path, "write"):
-        if _ATOMICWRITES:
-            writer = _writer()(path, overwrite=overwrite, durable=durable)
-        else:
-            writer = _Steps(path, overwrite=overwrite, durable=durable)
-        try:
-            if _ATOMICWRITES:
-                with writer.open() as f:  # atomicwrites: get_fileobject, sync, commit | rollback
-                    _put(writer, f.fileno(), data)
-            else:
-                _drive(writer, data)
-            final = writer.final
-            assert final is not None
-        finally:
-            writer.close_keep()
+    if _ATOMICWRITES:
+        final, directory = _atomicwriter(path, data, overwrite, durable)
+    else:
+        final, directory = _posix(path, data, overwrite, durable)
     if durable and dir_sync:
         try:
-            _w.fsync_dir(writer.directory)
+            _w.fsync_dir(directory)
         except OSError as e:  # renamed already: the new content is in place, not proven durable
             name = errno.errorcode.get(e.errno or 0, str(e.errno))
             raise DurabilityUnknown(
@@ -246,6 +217,102 @@ def write_atomic(
                 "the new content is in place and may not survive a power cut",
                 path=path, reason=name, errno=e.errno, stat=final) from e
     return final
+
+
+def _posix(path: str, data: bytes, overwrite: bool, durable: bool
+           ) -> tuple[os.stat_result, str]:
+    """(the new inode's stat, its directory): atomicwrites' steps on POSIX, in one function,
+    each announced to the recorder first — the temp file created ``O_EXCL`` (``_Steps``'s
+    name), written, fsynced, renamed over ``path`` (or, not ``overwrite``, linked or claimed:
+    ``_Steps._create``/``_claim_then_rename``), its stat through the descriptor kept; on any
+    failure the temp file removed (a failure of that removal never hides the first). One
+    function, not a call per step: every commit writes this way, and each call a checkpoint
+    makes costs it most after an fsync's wait, when the processor's caches are cold
+    (bench/README.md, "small_checkpoint_vs_floor_rename")."""
+    names = _NAMES.get(path)
+    if names is None:
+        names = _names(path)
+    rec = _base._recorder
+    tmp = ""
+    fd = -1
+    try:
+        while True:
+            name = names[1] + os.urandom(6).hex() + TEMP_SUFFIX
+            if rec is not None:
+                rec("create", (name,))
+            try:
+                fd = os.open(name, _TEMP_FLAGS, FILE_MODE)
+                break
+            except FileExistsError:  # 48 random bits: practically never
+                continue
+        tmp = name
+        if rec is not None:
+            rec("write", (tmp, data))
+        n = os.write(fd, data)
+        if n < len(data):  # a short write (a signal, ENOSPC part-way) goes on
+            view = memoryview(data)[n:]
+            while view:
+                view = view[os.write(fd, view):]
+        if durable:
+            _w._sync_written(fd, tmp)
+        if not overwrite:
+            _create(tmp, path)
+        else:
+            if rec is not None:
+                rec("rename", (tmp, path))
+            if _w._SHARING_RETRY:
+                _w._retry_sharing(os.replace, tmp, path)
+            else:
+                os.replace(tmp, path)
+        tmp = ""  # renamed: nothing to remove from here on
+        return os.fstat(fd), names[0]
+    except BaseException as e:
+        if tmp:
+            try:
+                if rec is not None:
+                    rec("unlink", (tmp,))
+                os.unlink(tmp)
+            except Exception:  # as atomicwrites: the first error is the one raised
+                pass
+        if isinstance(e, OSError):
+            raise_typed(e, path, "write")
+        raise
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _names(path: str) -> tuple[str, str]:
+    """(``path``'s directory, the prefix of its temp files), kept in ``_NAMES``."""
+    directory, name = os.path.split(path)
+    if len(_NAMES) >= _NAMES_MAX:
+        _NAMES.clear()
+    names = _NAMES[path] = (directory, os.path.join(directory, temp_prefix(name)))
+    return names
+
+
+def _create(tmp: str, path: str) -> None:
+    """The written temp file under the name ``path``, failing if ``path`` exists (a create
+    that must not overwrite): a hard link, or where there are none a claim (``_Steps``)."""
+    steps = _Steps(path, overwrite=False, durable=False)
+    steps._tmp = tmp
+    steps.commit_name()
+
+
+def _atomicwriter(path: str, data: bytes, overwrite: bool, durable: bool
+                  ) -> tuple[os.stat_result, str]:
+    """(the new inode's stat, its directory): the steps driven by atomicwrites'
+    ``AtomicWriter`` (``_ATOMICWRITES``: where there is no POSIX rename to drive them)."""
+    with storage_errors(path, "write"):
+        writer = _writer()(path, overwrite=overwrite, durable=durable)
+        try:
+            with writer.open() as f:  # atomicwrites: get_fileobject, sync, commit | rollback
+                _put(writer, f.fileno(), data)
+            final = writer.final
+            assert final is not None
+        finally:
+            writer.close_keep()
+    return final, writer.directory
 
 
 __all__ = ["write_atomic"]

@@ -64,6 +64,14 @@ def _fsync_fd(fd: int) -> None:
     os.fsync(fd)
 
 
+def _sync_written(fd: int, path: str) -> None:
+    """The fsync of a file just written (announced, then ``_fsync_fd``): both drivers of
+    ``write_atomic`` call it through this module (the crash explorer's ``no_file_fsync``
+    variant replaces it, announcement and all)."""
+    _rec("fsync", path)
+    _fsync_fd(fd)
+
+
 def _retry_sharing(fn: Callable[..., Any], *args: str) -> Any:
     """``fn(*args)`` (``os.replace``, ``os.unlink``), retried briefly on a Windows sharing
     violation (PermissionError while another process holds the file open)."""

@@ -36,7 +36,7 @@ from fsdurable._errors import (
     StorageError,
     UnreadableState,
 )
-from fsdurable._fsio import _atomic, _write
+from fsdurable._fsio import _write
 from fsdurable._model import LedgerEntry, Marker, Session
 from fsdurable._names import NameKind, classify
 from fsdurable._store import Store
@@ -233,8 +233,8 @@ def _patched(obj: Any, name: str, value: Any) -> Iterator[None]:
         setattr(obj, name, old)
 
 
-def _sync_without_fsync(self: Any, fd: int) -> None:
-    """``_Steps.sync_fd`` that never fsyncs (both write drivers call it)."""
+def _sync_without_fsync(fd: int, path: str) -> None:
+    """``_write._sync_written`` that never fsyncs (both write drivers call it)."""
 
 
 def _delete_marker_first(self: Store, session_id: str, *, base_version: int | None = None) -> None:
@@ -255,7 +255,7 @@ def mutant(name: str) -> Iterator[CommitImpl | None]:
     elif name == "correct_copy":  # the test-side copy in the right order must pass
         yield _commit_in_order(("marker", "session", "unmark"))
     elif name == "no_file_fsync":
-        with _patched(_atomic._Steps, "sync_fd", _sync_without_fsync):
+        with _patched(_write, "_sync_written", _sync_without_fsync):
             yield None
     elif name == "no_dir_fsync":
         # both lookups: the store's own calls (_fsio.fsync_dir) and _fsio's inside its writes
