@@ -51,14 +51,14 @@ class HistoryRef:
 
     def to_dict(self, fragments: bool = False) -> dict[str, Any]:
         """The document's entry; ``fragments``: the inline values as ``orjson.Fragment`` (the
-        encoder's: their bytes as they are), else as parsed JSON values."""
+        encoder's: their bytes as they are, the array as one), else as parsed JSON values."""
         import orjson
 
         d: dict[str, Any] = {"count": self.count, "start": self.start, "head": self.head,
                              "sha256": self.sha256}
-        if self.inline:
-            d["inline"] = [orjson.Fragment(b) if fragments else orjson.loads(b)
-                           for b in self.inline]
+        if self.inline:  # fragments: the whole array as one (every commit encodes it)
+            d["inline"] = (orjson.Fragment(b"[" + b",".join(self.inline) + b"]") if fragments
+                           else [orjson.loads(b) for b in self.inline])
         if self.kept:
             d["kept"] = self.kept
         return d
