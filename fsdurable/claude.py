@@ -75,6 +75,9 @@ class FileSessionStore:
             copy = json_copy(list(entries))  # the standard library's copy (_jsoncopy)
         except (TypeError, ValueError) as e:
             raise InvalidState(f"a transcript entry is not JSON: {e}", reason="not_json") from e
+        except RecursionError as e:  # nested deeper than Python can walk
+            raise InvalidState("a transcript entry is nested too deep to store",
+                               reason="too_deep") from e
         await run_sync(self._append, dict(key), copy)
 
     async def load(self, key: Any) -> list[Any] | None:

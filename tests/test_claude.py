@@ -163,6 +163,12 @@ def test_non_json_entries_are_refused(tmp_path: Path) -> None:
     st = FileSessionStore(fsdurable.Store(tmp_path / "s"))
     with pytest.raises(fsdurable.InvalidState):
         run(st.append(KEY, [e(x=object())]))
+    deep: Any = "x"
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(fsdurable.InvalidState) as info:  # was a raw RecursionError
+        run(st.append(KEY, [e(uuid="a"), e(x=deep)]))
+    assert info.value.reason == "too_deep"
     assert run(st.load(KEY)) is None
 
 

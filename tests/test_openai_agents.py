@@ -266,6 +266,22 @@ def test_non_json_items_are_refused_and_nothing_is_lost(tmp_path: Path) -> None:
     run(main())
 
 
+def test_an_item_nested_deeper_than_python_can_walk_is_a_typed_error(tmp_path: Path) -> None:
+    deep: Any = "x"
+    for _ in range(5000):
+        deep = [deep]
+
+    async def main() -> None:
+        s = make("file", tmp_path)
+        await s.add_items([msg(1)])
+        with pytest.raises(fsdurable.InvalidState) as info:  # was a raw RecursionError
+            await s.add_items([msg(2), {"role": "user", "content": deep}])
+        assert info.value.reason == "too_deep" and info.value.session_id == "s1"
+        assert await make("file", tmp_path).get_items() == [msg(1)]  # refused whole
+
+    run(main())
+
+
 def test_the_module_imports_without_agents(tmp_path: Path) -> None:
     code = ("import sys; sys.modules['agents'] = None\n"  # an import of agents now fails
             "from fsdurable.openai_agents import FileSession\n"
