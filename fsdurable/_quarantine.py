@@ -1,11 +1,15 @@
 """``quarantine/``: what is there (what it was, why, when), ``restore`` and ``purge``.
 
 The repair gate names each file it moves ``<UTC time>-<random>-<kind>.<reason>-<original name>``
-(older stores: without ``.<reason>``), so a listing needs no side file: it parses the name.
+(older stores: without ``.<reason>``), so a listing needs no side file: it parses the name (and,
+for an item log, whose name holds no session id, its header line: a bounded read).
 ``restore`` puts a session back after a human fixed it — THROUGH THE COMMIT FUNCTION (its
-version never goes backwards, a session already there is a ``ConflictError``), with an event.
-Nothing here is ever deleted but by ``purge`` (``fsdurable quarantine --purge``), with an event
-per file.
+version never goes backwards, a session already there is a ``ConflictError``), with an event —
+and with it the item logs its document names that sit in ``quarantine/`` (a session that
+started over set its old log aside: docs/storage.md, "Item logs"). An item log is restored on
+its own too, once its session's document names it: moved back through the repair gate, the log
+in its place (another session's start over) set aside first. Nothing here is ever deleted but by
+``purge`` (``fsdurable quarantine --purge``), with an event per file.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ import attrs
 
 from . import _fsio, _repair
 from ._codec import parse_session
-from ._errors import ConflictError, InvalidState, SessionNotFound
+from ._errors import ConflictError, FsDurableError, InvalidState, SessionNotFound, StorageError
+from ._itemlog import header_line, log_name, named, refs, scan
+from ._layout import validate_session_id
 from ._model import Session
 from ._names import classify
 from ._store import Store
@@ -28,6 +34,7 @@ from ._store import Store
 RESTORED = "quarantine_restored"
 PURGED = "quarantine_purged"
 _SESSION_KINDS = ("session", "conflict-session")
+_LOG_KIND = "item-log"  # _oaitems: a log no document named when a session started over
 
 
 @attrs.frozen
@@ -45,7 +52,7 @@ class Quarantined:
 
     @property
     def restorable(self) -> bool:
-        return self.kind in _SESSION_KINDS and self.session_id is not None
+        return self.kind in (*_SESSION_KINDS, _LOG_KIND) and self.session_id is not None
 
     def describe(self) -> str:
         when = (time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.at))
@@ -69,8 +76,18 @@ def parse_name(store: Store, name: str) -> Quarantined:
         at: float | None = calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%S"))
     except ValueError:
         at = None
-    sid = classify(original)[1] if original.endswith(".json") else None
+    sid = (classify(original)[1] if original.endswith(".json") else
+           _log_session(path) if kind == _LOG_KIND else None)
     return Quarantined(name, path, kind, original, reason, at, st.st_size if st else 0, sid)
+
+
+def _log_session(path: str) -> str | None:
+    """The session an item log's header names (None: no valid header, or no valid id)."""
+    try:
+        sid = header_line(path)[0].get("session_id")
+        return validate_session_id(sid)
+    except (OSError, FsDurableError):
+        return None
 
 
 def listing(store: Store) -> list[Quarantined]:
@@ -99,12 +116,20 @@ def restore(store: Store, name: str) -> Session:
     quarantined file removed — its content now lives in ``sessions/`` — with a
     ``quarantine_restored`` event. A session already under that id is a ``ConflictError``
     (choose between them with ``fsdurable resolve ID --keep PATH``). A marker is not restored:
-    it follows its session (``fsdurable doctor --repair`` writes it)."""
+    it follows its session (``fsdurable doctor --repair`` writes it). The item logs the
+    document names that are not in place and sit in ``quarantine/`` come back with it
+    (``restore_log``; the event's ``logs``); one that is nowhere leaves the session waiting
+    for sync, as any missing log does.
+
+    ``name`` an item log: ``restore_log``, and the session it belongs to is returned."""
     q = _find(store, name)
+    if q.kind == _LOG_KIND and q.session_id is not None:
+        return restore_log(store, q)
     if not q.restorable or q.session_id is None:
         raise InvalidState(
-            f"{name} is a {q.kind} file: only sessions are restored (a marker is rebuilt from its "
-            "session by `fsdurable doctor --repair`)", path=q.path, reason="not_restorable")
+            f"{name} is a {q.kind} file: only sessions and item logs are restored (a marker is "
+            "rebuilt from its session by `fsdurable doctor --repair`)", path=q.path,
+            reason="not_restorable")
     sid = q.session_id
     data, st = _fsio.read_bounded(q.path, store.config.max_file_bytes)
     s, _ = parse_session(data, path=q.path, session_id=sid,
@@ -121,9 +146,95 @@ def restore(store: Store, name: str) -> Session:
         now = _fsio.lstat(q.path)
         if now is not None and stat.S_ISREG(now.st_mode) and _repair.key(now) == _repair.key(st):
             _fsio.unlink(q.path, durable=store.config.fsync)
+        logs = _logs_back(store, new)
     store.emit(RESTORED, session_id=sid, path=q.path, version=new.version,
-               from_version=s.version, kind=q.kind, cause=q.reason)
+               from_version=s.version, kind=q.kind, cause=q.reason, logs=logs)
     return new
+
+
+def restore_log(store: Store, q: Quarantined) -> Session:
+    """Put a quarantined item log back where its session's document names it: the document
+    must name that log (its number and generation: InvalidState ``not_named``) and the log must
+    hold all the document has seen (``log_short``); a log already in place is a ConflictError
+    (``exists``). Another log in its place (a session that started over) is set aside into
+    ``quarantine/`` first (``file_quarantined``, reason ``displaced``); then the log is moved
+    back through the repair gate, under the session's commit lock, with a
+    ``quarantine_restored`` event. Returns the session."""
+    sid = q.session_id
+    if sid is None:
+        raise InvalidState(f"{q.name} names no session in its header", path=q.path,
+                           reason="not_restorable")
+    hdr, _, st = header_line(q.path)
+    with store.commit_lock(sid):
+        s = store.load(sid)
+        ref = next((r for r in refs(s).values() if r["n"] == hdr["n"]
+                    and ("gen" not in r or r["gen"] == hdr.get("gen"))), None)
+        if ref is None:
+            raise InvalidState(
+                f"{q.name} is log {hdr['n']} of session {sid!r}, which its document does not "
+                "name: nothing would read it", session_id=sid, path=q.path, reason="not_named")
+        dest = _put_log_back(store, sid, q, ref, st)
+    store.emit(RESTORED, session_id=sid, path=q.path, version=s.version, kind=q.kind,
+               cause=q.reason, moved_to=dest)
+    return s
+
+
+def _put_log_back(store: Store, sid: str, q: Quarantined, ref: dict[str, Any],
+                  st: os.stat_result) -> str:
+    """Move ``q`` to the place of the log ``ref`` names (the caller holds the commit lock)."""
+    cap = store.config.max_file_bytes
+    if not named(scan(q.path, None, cap), ref):
+        raise InvalidState(f"{q.name} holds less than session {sid!r}'s document has seen "
+                           f"(byte {ref['at']})", session_id=sid, path=q.path,
+                           reason="log_short")
+    dest = os.path.join(store.layout.history_dir(sid), log_name(ref["n"]))
+    there = _fsio.lstat(dest)
+    if there is not None:
+        try:
+            in_place = stat.S_ISREG(there.st_mode) and named(scan(dest, None, cap), ref)
+        except FsDurableError:
+            in_place = False
+        if in_place:
+            raise ConflictError(f"session {sid!r}'s log {log_name(ref['n'])} is in place "
+                                f"already: {q.name} stays in quarantine/", session_id=sid,
+                                path=dest, reason="exists")
+        if _repair.quarantine(store, dest, kind=_LOG_KIND, reason="displaced", expect=there,
+                              session_id=sid) is None:
+            raise StorageError(f"{dest} could not be set aside (see the event log): "
+                               f"{q.name} stays in quarantine/", session_id=sid, path=dest,
+                               reason="not_set_aside")
+    _repair.put_back(store, q.path, dest, st)
+    return dest
+
+
+def _logs_back(store: Store, s: Session) -> list[str]:
+    """The item logs restored with the document ``s`` (each one it names that is not in place
+    and sits in ``quarantine/``, holding all ``s`` has seen): where each went."""
+    try:
+        want = list(refs(s).values())
+    except FsDurableError:  # a malformed reference: the document reads as corrupt; no guess
+        return []
+    cap = store.config.max_file_bytes
+    out: list[str] = []
+    for ref in want:
+        path = os.path.join(store.layout.history_dir(s.id), log_name(ref["n"]))
+        try:
+            if named(scan(path, None, cap), ref):
+                continue
+        except FsDurableError:
+            pass
+        for q in listing(store):
+            if q.kind != _LOG_KIND or q.session_id != s.id:
+                continue
+            try:
+                hdr, _, st = header_line(q.path)
+                if hdr["n"] != ref["n"] or ("gen" in ref and hdr.get("gen") != ref["gen"]):
+                    continue
+                out.append(_put_log_back(store, s.id, q, ref, st))
+                break
+            except (OSError, FsDurableError):
+                continue  # not this one (short, moved meanwhile): the next candidate
+    return out
 
 
 def purge(store: Store, names: list[str] | None = None) -> list[str]:
@@ -145,4 +256,4 @@ def purge(store: Store, names: list[str] | None = None) -> list[str]:
     return done
 
 
-__all__ = ["PURGED", "RESTORED", "Quarantined", "listing", "purge", "restore"]
+__all__ = ["PURGED", "RESTORED", "Quarantined", "listing", "purge", "restore", "restore_log"]

@@ -38,7 +38,7 @@ import attrs
 from . import _events as ev
 from . import _fsio
 from ._codec import encode_manifest, parse_manifest, parse_marker, parse_session
-from ._errors import DurabilityUnknown, FsDurableError, StorageError, UnreadableState
+from ._errors import ConflictError, DurabilityUnknown, FsDurableError, StorageError, UnreadableState
 from ._layout import new_id
 from ._model import Marker, Session
 from ._records import Manifest
@@ -242,6 +242,23 @@ def _keep_aside(store: Store, path: str, dest: str, expect: os.stat_result) -> N
     if got is None or key(got) != key(expect):  # linked a replacement: undo our own name
         _fsio.unlink(dest, durable=store.config.fsync)
         raise FileNotFoundError(path)
+
+
+def put_back(store: Store, src: str, dest: str, expect: os.stat_result) -> None:
+    """Move a quarantined file back to ``dest`` (the restore of an item log its session's
+    document names), if it is still the file judged (``expect``) and nothing is at ``dest``;
+    ``history/<id>/`` made if needed (never through a symlink). The caller holds the session's
+    commit lock and emits the event. ConflictError (``exists``) if ``dest`` is taken,
+    FileNotFoundError if the file moved or changed since it was judged."""
+    now = _fsio.lstat(src)
+    if now is None or key(now) != key(expect):
+        raise FileNotFoundError(src)
+    if _fsio.lstat(dest) is not None:
+        raise ConflictError(f"{dest} exists: set it aside first", path=dest, reason="exists")
+    directory = os.path.dirname(dest)
+    if not _fsio.own_dirs(store.layout.history, directory):
+        _fsio.makedirs(directory, durable=store.config.fsync)
+    _fsio.rename(src, dest, durable=store.config.fsync)
 
 
 def copy_aside(store: Store, path: str, kind: str, reason: str) -> str:

@@ -14,8 +14,9 @@ import pytest
 from jsonschema import Draft202012Validator
 
 import fsdurable
-from fsdurable import _fsio, _itemlog
+from fsdurable import _fsio, _itemlog, _quarantine
 from fsdurable._oaitems import KEY, with_record
+from fsdurable.cli import main
 from fsdurable.openai_agents import FileSession
 
 from .conftest import io_log as recording
@@ -476,3 +477,59 @@ def test_an_integer_past_64_bits_reads_back_exactly(tmp_path: Path) -> None:
     assert small.load("s1").metadata[KEY]["items_log"]["n"] == 1
     got = run(FileSession("s1", fsdurable.Store(tmp_path / "small")).get_items())
     assert got == [msg(0), *big] and all(type(x["n"]) is int for x in got[1:])
+
+
+def _started_over(root: Path) -> tuple[bytes, str]:
+    """Session s1 with items [old], its document corrupted, the session started over by a
+    write ([new]): (the old document's bytes, the name its log 0 got in quarantine/)."""
+    store = fsdurable.Store(root)
+    run(FileSession("s1", store).add_items([msg("old")]))
+    old_doc = (root / "sessions" / "s1.json").read_bytes()
+    (root / "sessions" / "s1.json").write_bytes(b"{not json")
+    run(FileSession("s1", fsdurable.Store(root)).add_items([msg("new")]))
+    [q] = [q for q in _quarantine.listing(fsdurable.Store(root)) if q.kind == "item-log"]
+    assert q.session_id == "s1" and q.restorable and q.reason == "unnamed_log"
+    return old_doc, q.name
+
+
+def test_restoring_a_document_brings_back_the_log_it_names(tmp_path: Path) -> None:
+    """Before: the restored document read as "waiting for sync" forever (its log sat in
+    quarantine/, which ``restore`` refused to touch) until someone moved the log by hand."""
+    root = tmp_path / "store"
+    old_doc, log_name = _started_over(root)
+    store = fsdurable.Store(root)
+    [doc] = [q for q in _quarantine.listing(store) if q.kind == "session"]
+    Path(doc.path).write_bytes(old_doc)  # a human fixed the quarantined document
+    store.delete("s1")  # and chose the old conversation over the new one
+    _quarantine.restore(store, doc.name)
+    assert run(FileSession("s1", fsdurable.Store(root)).get_items()) == [msg("old")]
+    left = {q.kind: q for q in _quarantine.listing(store)}
+    assert set(left) == {"item-log"} and left["item-log"].reason == "displaced"
+    assert log_name not in os.listdir(root / "quarantine")  # moved back, not copied
+    [ev] = [e for e in store.events() if e.code == "quarantine_restored"]
+    assert ev.detail["logs"] == [str(log(root))]
+    assert not [f for f in fsdurable.doctor(fsdurable.Store(root)) if f.severity == "problem"]
+    # the new session's log, set aside, is restorable only where a document names it
+    with pytest.raises(fsdurable.InvalidState) as info:
+        _quarantine.restore(store, left["item-log"].name)
+    assert info.value.reason == "not_named"
+    assert left["item-log"].name in os.listdir(root / "quarantine")
+
+
+def test_an_item_log_is_restored_on_its_own_once_its_document_names_it(
+        tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    old_doc, log_name = _started_over(root)
+    (root / "sessions" / "s1.json").write_bytes(old_doc)  # the document put back by hand
+    store = fsdurable.Store(root)
+    with pytest.raises(fsdurable.UnreadableState):  # the new session's log is in its place
+        run(FileSession("s1", store).get_items())
+    out = main(["--root", str(root), "quarantine", "restore", log_name])
+    assert out == 0
+    assert run(FileSession("s1", fsdurable.Store(root)).get_items()) == [msg("old")]
+    [aside] = [q for q in _quarantine.listing(store) if q.kind == "item-log"]
+    assert aside.reason == "displaced"
+    before = log(root).read_bytes()
+    with pytest.raises(fsdurable.InvalidState) as info:  # named by nothing: nothing moves
+        _quarantine.restore(store, aside.name)
+    assert info.value.reason == "not_named" and log(root).read_bytes() == before

@@ -11,7 +11,8 @@ from . import Result, command, open_store, table, usage
 def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("words", nargs="*", metavar="list | restore NAME | NAME",
                    help="list (default): what is there, why, when; restore NAME: put a fixed "
-                        "session back through the commit function; with --purge: the NAMEs "
+                        "session back through the commit function (with the item logs it "
+                        "names), or an item log its session names; with --purge: the NAMEs "
                         "(file names in quarantine/, as `list` shows them)")
     p.add_argument("--purge", action="store_true",
                    help="DELETE the named files (all of them if none is named), each an event")
@@ -20,7 +21,7 @@ def _args(p: argparse.ArgumentParser) -> None:
 @command("quarantine", "list what sits in quarantine/ (what, why, when), restore a fixed "
          "session, or --purge", _args)
 def _quarantine(args: argparse.Namespace) -> Result:
-    from .._quarantine import listing, purge, restore
+    from .._quarantine import listing, parse_name, purge, restore
 
     words = list(args.words)
     action = words.pop(0) if words and words[0] in ("list", "restore") else "list"
@@ -35,6 +36,9 @@ def _quarantine(args: argparse.Namespace) -> Result:
         if len(words) != 1:
             usage("restore takes one NAME (fsdurable quarantine lists them)")
         s = restore(st, words[0])
+        if parse_name(st, words[0]).kind == "item-log":
+            return 0, {"session_id": s.id, "version": s.version, "restored": words[0]}, (
+                f"restored an item log of {s.id} from quarantine/{words[0]}")
         return 0, {"session_id": s.id, "version": s.version, "restored": words[0]}, (
             f"restored {s.id} (now version {s.version}) from quarantine/{words[0]}")
     if words:
