@@ -33,7 +33,7 @@ from ._store import Store
 
 RESTORED = "quarantine_restored"
 PURGED = "quarantine_purged"
-_SESSION_KINDS = ("session", "conflict-session")
+SESSION_KINDS = ("session", "conflict-session")  # the kinds that are session documents
 _LOG_KIND = "item-log"  # _oaitems: a log no document named when a session started over
 
 
@@ -52,7 +52,7 @@ class Quarantined:
 
     @property
     def restorable(self) -> bool:
-        return self.kind in (*_SESSION_KINDS, _LOG_KIND) and self.session_id is not None
+        return self.kind in (*SESSION_KINDS, _LOG_KIND) and self.session_id is not None
 
     def describe(self) -> str:
         when = (time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.at))
@@ -76,8 +76,8 @@ def parse_name(store: Store, name: str) -> Quarantined:
         at: float | None = calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%S"))
     except ValueError:
         at = None
-    sid = (classify(original)[1] if original.endswith(".json") else
-           _log_session(path) if kind == _LOG_KIND else None)
+    sid = (_log_session(path) if kind == _LOG_KIND else  # its header: a log's name has none
+           classify(original)[1] if original.endswith(".json") else None)
     return Quarantined(name, path, kind, original, reason, at, st.st_size if st else 0, sid)
 
 
@@ -165,6 +165,9 @@ def restore_log(store: Store, q: Quarantined) -> Session:
         raise InvalidState(f"{q.name} names no session in its header", path=q.path,
                            reason="not_restorable")
     hdr, _, st = header_line(q.path)
+    if hdr.get("session_id") != sid:
+        raise InvalidState(f"{q.name} is a log of session {hdr.get('session_id')!r}, not "
+                           f"{sid!r}", session_id=sid, path=q.path, reason="not_named")
     with store.commit_lock(sid):
         s = store.load(sid)
         ref = next((r for r in refs(s).values() if r["n"] == hdr["n"]
@@ -181,8 +184,11 @@ def restore_log(store: Store, q: Quarantined) -> Session:
 
 def _put_log_back(store: Store, sid: str, q: Quarantined, ref: dict[str, Any],
                   st: os.stat_result) -> str:
-    """Move ``q`` to the place of the log ``ref`` names (the caller holds the commit lock)."""
+    """Move ``q`` to the place of the log ``ref`` names (the caller holds the commit lock).
+    A symlink (or a file) in place of ``history/`` or ``history/<id>/`` is refused before
+    anything there is read or moved (UnreadableState ``not_a_directory``)."""
     cap = store.config.max_file_bytes
+    _fsio.own_dirs(store.layout.history, store.layout.history_dir(sid))
     if not named(scan(q.path, None, cap), ref):
         raise InvalidState(f"{q.name} holds less than session {sid!r}'s document has seen "
                            f"(byte {ref['at']})", session_id=sid, path=q.path,
@@ -203,7 +209,11 @@ def _put_log_back(store: Store, sid: str, q: Quarantined, ref: dict[str, Any],
             raise StorageError(f"{dest} could not be set aside (see the event log): "
                                f"{q.name} stays in quarantine/", session_id=sid, path=dest,
                                reason="not_set_aside")
-    _repair.put_back(store, q.path, dest, st)
+    try:
+        _repair.put_back(store, q.path, dest, st)
+    except FileNotFoundError:  # moved, purged or changed since it was judged
+        raise SessionNotFound(f"{q.name} changed or left quarantine/ meanwhile: nothing "
+                              "restored", session_id=sid, path=q.path, reason="missing") from None
     return dest
 
 
@@ -216,19 +226,23 @@ def _logs_back(store: Store, s: Session) -> list[str]:
         return []
     cap = store.config.max_file_bytes
     out: list[str] = []
+    try:  # a symlinked history dir: nothing read through it (the session waits, as it would)
+        _fsio.own_dirs(store.layout.history, store.layout.history_dir(s.id))
+        quarantined = [q for q in listing(store) if q.kind == _LOG_KIND and q.session_id == s.id]
+    except (OSError, FsDurableError):
+        return out
     for ref in want:
         path = os.path.join(store.layout.history_dir(s.id), log_name(ref["n"]))
         try:
             if named(scan(path, None, cap), ref):
                 continue
-        except FsDurableError:
+        except (OSError, FsDurableError):
             pass
-        for q in listing(store):
-            if q.kind != _LOG_KIND or q.session_id != s.id:
-                continue
+        for q in quarantined:
             try:
                 hdr, _, st = header_line(q.path)
-                if hdr["n"] != ref["n"] or ("gen" in ref and hdr.get("gen") != ref["gen"]):
+                if hdr.get("session_id") != s.id or hdr["n"] != ref["n"] or (
+                        "gen" in ref and hdr.get("gen") != ref["gen"]):
                     continue
                 out.append(_put_log_back(store, s.id, q, ref, st))
                 break
@@ -256,4 +270,5 @@ def purge(store: Store, names: list[str] | None = None) -> list[str]:
     return done
 
 
-__all__ = ["PURGED", "RESTORED", "Quarantined", "listing", "purge", "restore", "restore_log"]
+__all__ = ["PURGED", "RESTORED", "SESSION_KINDS", "Quarantined", "listing", "purge", "restore",
+           "restore_log"]

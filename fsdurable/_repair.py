@@ -39,6 +39,7 @@ from . import _events as ev
 from . import _fsio
 from ._codec import encode_manifest, parse_manifest, parse_marker, parse_session
 from ._errors import ConflictError, DurabilityUnknown, FsDurableError, StorageError, UnreadableState
+from ._fsio._write import _NO_HARD_LINKS
 from ._layout import new_id
 from ._model import Marker, Session
 from ._records import Manifest
@@ -253,12 +254,23 @@ def put_back(store: Store, src: str, dest: str, expect: os.stat_result) -> None:
     now = _fsio.lstat(src)
     if now is None or key(now) != key(expect):
         raise FileNotFoundError(src)
+    taken = ConflictError(f"{dest} exists: set it aside first", path=dest, reason="exists")
     if _fsio.lstat(dest) is not None:
-        raise ConflictError(f"{dest} exists: set it aside first", path=dest, reason="exists")
+        raise taken
     directory = os.path.dirname(dest)
+    durable = store.config.fsync
     if not _fsio.own_dirs(store.layout.history, directory):
-        _fsio.makedirs(directory, durable=store.config.fsync)
-    _fsio.rename(src, dest, durable=store.config.fsync)
+        _fsio.makedirs(directory, durable=durable)
+    try:  # a second name first (never replacing a file that arrived meanwhile), then the first
+        _fsio.link(src, dest, durable=durable)  # name goes; where there are no hard links
+    except FileExistsError:  # (exFAT) a rename, the name checked free just before
+        raise taken from None
+    except (StorageError, OSError) as e:
+        if getattr(e, "errno", None) not in _NO_HARD_LINKS:
+            raise
+        _fsio.rename(src, dest, durable=durable)
+        return
+    _fsio.unlink(src, durable=durable)
 
 
 def copy_aside(store: Store, path: str, kind: str, reason: str) -> str:

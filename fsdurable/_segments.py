@@ -59,7 +59,7 @@ def referenced(store: Store, sid: str) -> set[str] | None:
     of them cannot be judged (unreadable, a newer format, a chain that does not read): then
     nothing of the session's history may go."""
     from ._codec import parse_session
-    from ._quarantine import listing
+    from ._quarantine import SESSION_KINDS, listing
 
     j, s, _ = judge_session(store, sid)
     if j.stat is not None and s is None:
@@ -69,7 +69,8 @@ def referenced(store: Store, sid: str) -> set[str] | None:
         copies = [os.path.join(store.layout.sessions, n)
                   for n in _fsio.list_names(store.layout.sessions)
                   if classify(n)[0] is NameKind.CONFLICT and classify(n)[1] == sid]
-        copies += [q.path for q in listing(store) if q.restorable and q.session_id == sid]
+        copies += [q.path for q in listing(store)  # its documents (an item log is none)
+                   if q.kind in SESSION_KINDS and q.session_id == sid]
         for path in copies:
             data, _ = _fsio.read_bounded(path, store.config.max_file_bytes)
             copy, _ = parse_session(data, path=path,

@@ -31,7 +31,7 @@ from . import _fsio
 from ._aio import run_sync
 from ._async import StoreLike, as_store
 from ._errors import InvalidState, SessionNotFound, UnreadableState
-from ._jsoncopy import json_copy
+from ._jsoncopy import json_bytes, json_copy, json_loads
 from ._layout import new_id
 from ._model import Session
 from ._recordcodec import newer_format
@@ -71,13 +71,7 @@ class FileSessionStore:
     async def append(self, key: Any, entries: list[Any]) -> None:
         if not entries:
             return
-        try:
-            copy = json_copy(list(entries))  # the standard library's copy (_jsoncopy)
-        except (TypeError, ValueError) as e:
-            raise InvalidState(f"a transcript entry is not JSON: {e}", reason="not_json") from e
-        except RecursionError as e:  # nested deeper than Python can walk
-            raise InvalidState("a transcript entry is nested too deep to store",
-                               reason="too_deep") from e
+        copy = _json_copy(list(entries))  # the standard library's copy (_jsoncopy)
         await run_sync(self._append, dict(key), copy)
 
     async def load(self, key: Any) -> list[Any] | None:
@@ -206,13 +200,21 @@ class FileSessionStore:
             _fsio.unlink(self.store.layout.entry(KEY, b), durable=self.store.config.fsync)
 
     def _write_batch(self, batch: str, entries: list[Any]) -> None:
+        """One batch file: its entries as ``_jsoncopy.json_bytes`` writes them (orjson's, or
+        where orjson would not write what the standard library reads back — an integer past
+        64 bits, a lone surrogate, nesting past orjson's limit — the standard library's,
+        marked ``"stdlib": true`` so a reader parses it with the standard library too)."""
         path = self.store.layout.entry(KEY, batch)
+        data, stdlib = _json_bytes(entries)
+        doc: dict[str, Any] = {"format": BATCH_FORMAT, "id": batch}
+        if stdlib:
+            doc["stdlib"] = True
+        doc["entries"] = orjson.Fragment(data)
         if not self._made:
             _fsio.makedirs(os.path.dirname(path), durable=self.store.config.fsync)
             self._made = True
-        _fsio.write_atomic(path, orjson.dumps({"format": BATCH_FORMAT, "id": batch,
-                                               "entries": entries}),
-                           overwrite=False, durable=self.store.config.fsync)
+        _fsio.write_atomic(path, orjson.dumps(doc), overwrite=False,
+                           durable=self.store.config.fsync)
 
     def _read_batch(self, batch: str) -> list[Any]:
         """One batch's entries. A read never moves a file: a batch this node cannot read raises
@@ -222,7 +224,13 @@ class FileSessionStore:
         doc: object = None
         try:
             data, _ = _fsio.read_bounded(path, self.store.config.max_file_bytes)
-            doc = orjson.loads(data)
+            try:
+                doc = orjson.loads(data)
+                stdlib = isinstance(doc, dict) and doc.get("stdlib") is True  # _write_batch
+            except orjson.JSONDecodeError:  # a lone surrogate: only the standard library's
+                stdlib = True               # parser reads it (ValueError if nothing does)
+            if stdlib:
+                doc = json_loads(data, stdlib=True)
             if (not isinstance(doc, dict) or doc.get("format") != BATCH_FORMAT
                     or doc.get("id") != batch or not isinstance(doc.get("entries"), list)):
                 raise ValueError(f"not a {BATCH_FORMAT} file for batch {batch!r}")
@@ -231,11 +239,33 @@ class FileSessionStore:
         except FileNotFoundError:
             raise UnreadableState(f"transcript batch {batch!r} is missing", path=path,
                                   reason="missing_batch") from None
-        except (ValueError, UnreadableState) as e:
+        except (ValueError, UnreadableState, RecursionError) as e:
             newer = newer_format(doc, BATCH_FORMAT)
             raise UnreadableState(f"transcript batch {batch!r} is unreadable"
                                   f"{' (written by a newer fsdurable)' * newer}: {e}", path=path,
                                   reason="needs_newer" if newer else "unreadable") from e
+
+
+def _json_copy(entries: list[Any]) -> Any:
+    """``json_copy`` of the entries; InvalidState (``not_json``, ``too_deep``) if they are
+    not JSON or nested deeper than Python can walk."""
+    try:
+        return json_copy(entries)
+    except (TypeError, ValueError) as e:
+        raise InvalidState(f"a transcript entry is not JSON: {e}", reason="not_json") from e
+    except RecursionError as e:
+        raise InvalidState("a transcript entry is nested too deep to store",
+                           reason="too_deep") from e
+
+
+def _json_bytes(entries: list[Any]) -> tuple[bytes, bool]:
+    """``json_bytes`` of the entries (a copy ``_json_copy`` made: JSON already), with its
+    errors as ``_json_copy``'s."""
+    try:
+        return json_bytes(entries)
+    except RecursionError as e:
+        raise InvalidState("a transcript entry is nested too deep to store",
+                           reason="too_deep") from e
 
 
 def _ms(s: Session | None) -> int:

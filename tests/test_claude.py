@@ -172,6 +172,27 @@ def test_non_json_entries_are_refused(tmp_path: Path) -> None:
     assert run(st.load(KEY)) is None
 
 
+def test_entries_orjson_cannot_write_are_stored_and_read_back_exactly(tmp_path: Path) -> None:
+    """An integer past 64 bits, a lone surrogate and nesting past orjson's 254 levels pass the
+    JSON copy (the standard library's) and then made the batch write raise orjson's raw
+    TypeError; a batch the standard library wrote must be read by it (orjson reads such an
+    integer as a float, silently)."""
+    deep: Any = "x"
+    for _ in range(400):
+        deep = [deep]
+    odd = [e(uuid="1", n=2**64 + 1), e(uuid="2", s="\ud800"), e(uuid="3", deep=deep)]
+    st = FileSessionStore(fsdurable.Store(tmp_path / "s"))
+    run(st.append(KEY, [e(uuid="0")]))
+    run(st.append(KEY, odd))
+    for reader in (st, FileSessionStore(fsdurable.Store(tmp_path / "s"))):
+        got = run(reader.load(KEY))
+        assert got == [e(uuid="0"), *odd] and type(got[1]["n"]) is int
+    docs = [json.loads(f.read_bytes()) for f in batches(tmp_path / "s")]
+    assert sorted(d.get("stdlib", False) for d in docs) == [False, True]
+    for d in docs:
+        assert not list(BATCH_SCHEMA.iter_errors(d))
+
+
 def transcript(session_id: str, cwd: str) -> list[dict[str, Any]]:
     """A small Claude Code JSONL transcript: a user prompt and an assistant reply."""
     u, a = str(uuid.uuid4()), str(uuid.uuid4())

@@ -14,7 +14,7 @@ import pytest
 from jsonschema import Draft202012Validator
 
 import fsdurable
-from fsdurable import _fsio, _itemlog, _quarantine
+from fsdurable import _fsio, _itemlog, _quarantine, _segments
 from fsdurable._oaitems import KEY, with_record
 from fsdurable.cli import main
 from fsdurable.openai_agents import FileSession
@@ -533,3 +533,35 @@ def test_an_item_log_is_restored_on_its_own_once_its_document_names_it(
     with pytest.raises(fsdurable.InvalidState) as info:  # named by nothing: nothing moves
         _quarantine.restore(store, aside.name)
     assert info.value.reason == "not_named" and log(root).read_bytes() == before
+
+
+def test_a_quarantined_item_log_never_stops_the_removal_of_orphans(tmp_path: Path) -> None:
+    """The repair gate judges a session's history by its documents, those in quarantine/ too;
+    an item log there (restorable since bd762c7) was parsed as one, failed, and so kept every
+    orphan of the session for as long as the log sat there."""
+    root = tmp_path / "store"
+    _started_over(root)
+    store = fsdurable.Store(root, config=fsdurable.Config(segment_grace=0))
+    _quarantine.purge(store, [q.name for q in _quarantine.listing(store) if q.kind == "session"])
+    assert _segments.referenced(store, "s1") == {"items-000000.log"}
+    orphan = root / "history" / "s1" / "items-000007.log"
+    orphan.write_bytes(log(root).read_bytes())
+    os.utime(orphan, (1, 1))
+    _segments.repair_history(store, "s1")
+    assert not orphan.exists() and log(root).exists()
+
+
+def test_restoring_a_log_never_goes_through_a_symlinked_history_dir(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    old_doc, log_name = _started_over(root)
+    (root / "sessions" / "s1.json").write_bytes(old_doc)
+    outside = tmp_path / "outside"
+    (root / "history" / "s1").rename(outside)
+    (root / "history" / "s1").symlink_to(outside)
+    store = fsdurable.Store(root)
+    before = sorted(os.listdir(root / "quarantine"))
+    with pytest.raises(fsdurable.UnreadableState) as info:
+        _quarantine.restore(store, log_name)
+    assert info.value.reason == "not_a_directory"
+    assert os.listdir(outside) == ["items-000000.log"]  # nothing moved out of it, or into it
+    assert sorted(os.listdir(root / "quarantine")) == before

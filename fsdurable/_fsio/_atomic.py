@@ -279,7 +279,11 @@ def _posix(path: str, data: bytes, overwrite: bool, durable: bool
         raise
     finally:
         if fd >= 0:
-            os.close(fd)
+            try:
+                os.close(fd)
+            except OSError as e:  # typed, as every other step's (EIO at close on NFS)
+                raise_typed(e, path, "write")
+                raise
 
 
 def _names(path: str) -> tuple[str, str]:

@@ -35,8 +35,9 @@ def _quarantine(args: argparse.Namespace) -> Result:
     if action == "restore":
         if len(words) != 1:
             usage("restore takes one NAME (fsdurable quarantine lists them)")
-        s = restore(st, words[0])
-        if parse_name(st, words[0]).kind == "item-log":
+        kind = parse_name(st, words[0]).kind if "/" not in words[0] else ""
+        s = restore(st, words[0])  # a bad name: its typed error, from restore
+        if kind == "item-log":
             return 0, {"session_id": s.id, "version": s.version, "restored": words[0]}, (
                 f"restored an item log of {s.id} from quarantine/{words[0]}")
         return 0, {"session_id": s.id, "version": s.version, "restored": words[0]}, (
