@@ -199,3 +199,27 @@ def test_an_empty_node_id_left_by_a_crash_is_replaced(tmp_path: Path,
     assert got.startswith("n") and (tmp_path / "node_id").read_text().strip() == got
     assert node_id() == got
 
+
+
+def test_an_item_log_is_restored_where_there_are_no_hard_links(exfat_dir: Path) -> None:
+    """``quarantine restore`` puts an item log back by a hard link and an unlink (never over a
+    file that arrived meanwhile); exFAT refuses links (EPERM), so there it is a rename."""
+    import asyncio
+
+    from fsdurable import _quarantine
+    from fsdurable.openai_agents import FileSession
+
+    store = _open(exfat_dir)
+    root = Path(store.root)
+    old, new = {"role": "user", "content": "old"}, {"role": "user", "content": "new"}
+    asyncio.run(FileSession("s1", store).add_items([old]))
+    doc = root / "sessions" / "s1.json"
+    old_doc = doc.read_bytes()
+    doc.write_bytes(b"{not json")  # corrupt: the next write starts the session over
+    asyncio.run(FileSession("s1", fsdurable.Store(root)).add_items([new]))
+    doc.write_bytes(old_doc)  # the old document put back by hand
+    [q] = [q for q in _quarantine.listing(store) if q.kind == "item-log"]
+    _quarantine.restore(fsdurable.Store(root), q.name)
+    assert asyncio.run(FileSession("s1", fsdurable.Store(root)).get_items()) == [old]
+    kinds = sorted((q.kind, q.reason) for q in _quarantine.listing(store))
+    assert ("item-log", "displaced") in kinds and ("item-log", "unnamed_log") not in kinds
