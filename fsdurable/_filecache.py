@@ -56,33 +56,20 @@ class Seen:
     __slots__ = ("chain", "commit_id", "key", "racy", "ref", "version")
 
     def __init__(self, st: os.stat_result, s: Session) -> None:
-        # key(st) and racy(st) written out: every commit makes one (bench/README.md,
-        # "small_checkpoint_vs_floor_rename": each call costs most after an fsync's wait)
-        self.key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        self.key = key(st)
         self.version = s.version
         self.commit_id = s.commit_id
-        self.racy = time.time() - st.st_mtime < RACY_WINDOW
+        self.racy = racy(st)
         # the history chain the document names (weakly: what was read of it stays in memory
         # only while a session of the caller holds it); None if it names none
         c = getattr(s.messages, "chain", None)
         self.chain: Any = None
         self.ref: Any = None
         if c is not None:
-            self.chain = _weakref(c)
+            import weakref  # not at the top: opening a store and listing markers never needs it
+
+            self.chain = weakref.ref(c)
             self.ref = c.ref
-
-
-def _weakref(c: Any) -> Any:
-    """``weakref.ref(c)``, the module imported on the first use (not at the top: opening a
-    store and listing markers never needs it), then kept."""
-    if not _WEAKREF:
-        import weakref
-
-        _WEAKREF.append(weakref.ref)
-    return _WEAKREF[0](c)
-
-
-_WEAKREF: list[Any] = []
 
 
 def _prefix_matches(path: str, seen: Seen) -> bool:
@@ -139,9 +126,7 @@ class FileCache:
     def racy_ident(self, sid: str, path: str) -> tuple[int, str] | None:
         """``session_ident`` of a file last seen with a racy stat, with one open and no
         ``lstat``: the stat and the first bytes from the same descriptor (so of one inode).
-        None: not seen, not racy, or not that file (the caller judges it by ``lstat``).
-        ``key``, ``_carries`` and ``racy`` written out: every commit within a granule of the
-        one before makes this check."""
+        None: not seen, not racy, or not that file (the caller judges it by ``lstat``)."""
         with self._mu:
             seen = self._seen.get(sid)
         if seen is None or not seen.racy:
@@ -150,12 +135,9 @@ class FileCache:
             head, st = _fsio.read_head(path, 1024)
         except (OSError, UnreadableState):
             return None
-        if seen.key != (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns):
+        if seen.key != key(st) or not _carries(head, seen):
             return None
-        at = head.find(_VERSION)
-        if at < 0 or not head.startswith(_IDENT % (seen.version, seen.commit_id.encode()), at):
-            return None
-        seen.racy = time.time() - st.st_mtime < RACY_WINDOW
+        seen.racy = racy(st)
         return seen.version, seen.commit_id
 
     def chain(self, sid: str) -> tuple[HistoryRef | None, Chain | None]:
@@ -183,10 +165,7 @@ class FileCache:
         """The marker seen in the file of stat ``st``; None if that file was not seen."""
         with self._mu:
             cached = self._marks.get(sid)
-        if cached is None or cached[0] != (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
-                                           st.st_ctime_ns):  # key(st), written out (per commit)
-            return None
-        return cached[1]
+        return cached[1] if cached is not None and cached[0] == key(st) else None
 
     def forget(self, sid: str) -> None:
         with self._mu:

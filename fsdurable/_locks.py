@@ -51,7 +51,6 @@ except ImportError:  # Windows
     _FLOCK = False
 
 KEEP = 64  # lock files kept open when no one holds them (per process)
-_EX_NB = (fcntl.LOCK_EX | fcntl.LOCK_NB) if _FLOCK else 0
 
 
 class _File:
@@ -215,14 +214,7 @@ def acquire(path: str, kind: str, key: str, timeout: float, poll: float = 0.002,
             if not f.mu.acquire(True, min(max(timeout, 0.0), threading.TIMEOUT_MAX)):
                 raise _timeout(path, kind, key, timeout, session_id, " (by this process)")
         try:
-            busy: BaseException | None = None
-            if _FLOCK:  # ``_try_lock``'s first try, inline: every commit makes it
-                try:
-                    fcntl.flock(f.fh.fileno(), _EX_NB)
-                except OSError as e:  # EWOULDBLOCK: held elsewhere
-                    busy = e
-            else:
-                busy = _try_lock(f.fh)
+            busy = _try_lock(f.fh)
             if busy is not None:
                 deadline = (time.monotonic() if start is None else start) + timeout
                 delay = poll

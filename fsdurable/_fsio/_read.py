@@ -113,10 +113,7 @@ def read_head(path: str, size: int) -> tuple[bytes, os.stat_result]:
     one inode; never through a link, never blocking)."""
     fd = os.open(path, _READ)
     try:
-        st = os.fstat(fd)  # ``_regular``, written out: every commit's check reads a head
-        if not stat.S_ISREG(st.st_mode):
-            raise UnreadableState(f"{path} is not a regular file", path=path,
-                                  reason="not_a_file")
+        st = _regular(fd, path)
         return os.read(fd, size), st
     finally:
         os.close(fd)
