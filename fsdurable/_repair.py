@@ -39,7 +39,6 @@ from . import _events as ev
 from . import _fsio
 from ._codec import encode_manifest, parse_manifest, parse_marker, parse_session
 from ._errors import ConflictError, DurabilityUnknown, FsDurableError, StorageError, UnreadableState
-from ._fsio._write import _NO_HARD_LINKS
 from ._layout import new_id
 from ._model import Marker, Session
 from ._records import Manifest
@@ -247,30 +246,22 @@ def _keep_aside(store: Store, path: str, dest: str, expect: os.stat_result) -> N
 
 def put_back(store: Store, src: str, dest: str, expect: os.stat_result) -> None:
     """Move a quarantined file back to ``dest`` (the restore of an item log its session's
-    document names), if it is still the file judged (``expect``) and nothing is at ``dest``;
-    ``history/<id>/`` made if needed (never through a symlink). The caller holds the session's
-    commit lock and emits the event. ConflictError (``exists``) if ``dest`` is taken,
-    FileNotFoundError if the file moved or changed since it was judged."""
+    document names), if it is still the file judged (``expect``), never over a file at
+    ``dest`` (``_fsio.move_new``); ``history/<id>/`` made if needed (never through a symlink).
+    The caller holds the session's commit lock and emits the event. ConflictError (``exists``)
+    if ``dest`` is taken, FileNotFoundError if the file moved or changed since it was judged."""
     now = _fsio.lstat(src)
     if now is None or key(now) != key(expect):
         raise FileNotFoundError(src)
-    taken = ConflictError(f"{dest} exists: set it aside first", path=dest, reason="exists")
-    if _fsio.lstat(dest) is not None:
-        raise taken
     directory = os.path.dirname(dest)
     durable = store.config.fsync
     if not _fsio.own_dirs(store.layout.history, directory):
         _fsio.makedirs(directory, durable=durable)
-    try:  # a second name first (never replacing a file that arrived meanwhile), then the first
-        _fsio.link(src, dest, durable=durable)  # name goes; where there are no hard links
-    except FileExistsError:  # (exFAT) a rename, the name checked free just before
-        raise taken from None
-    except (StorageError, OSError) as e:
-        if getattr(e, "errno", None) not in _NO_HARD_LINKS:
-            raise
-        _fsio.rename(src, dest, durable=durable)
-        return
-    _fsio.unlink(src, durable=durable)
+    try:
+        _fsio.move_new(src, dest, durable=durable)
+    except FileExistsError:
+        raise ConflictError(f"{dest} exists: set it aside first", path=dest,
+                            reason="exists") from None
 
 
 def copy_aside(store: Store, path: str, kind: str, reason: str) -> str:

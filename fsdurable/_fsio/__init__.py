@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from . import _write as _write
-    from ._atomic import write_atomic
+    from ._atomic import move_new, write_atomic
     from ._write import (
         append_at,
         append_line,
@@ -65,8 +65,9 @@ if TYPE_CHECKING:
     )
 
 _WRITES = frozenset({"append_at", "append_line", "chmod", "fsync_dir", "fsync_file", "link",
-                     "makedirs", "open_lock", "rename", "rmdir", "unlink", "write_atomic",
-                     "write_new"})
+                     "makedirs", "move_new", "open_lock", "rename", "rmdir", "unlink",
+                     "write_atomic", "write_new"})
+_ATOMIC = frozenset({"move_new", "write_atomic"})  # _atomic's (the rest: _write's)
 
 
 def __getattr__(name: str) -> Any:
@@ -83,13 +84,13 @@ def __getattr__(name: str) -> Any:
         __import__(__name__ + "._atomic")
         atomic = sys.modules[__name__ + "._atomic"]
         for n in _WRITES:
-            globals().setdefault(n, getattr(atomic if n == "write_atomic" else write, n))
+            globals().setdefault(n, getattr(atomic if n in _ATOMIC else write, n))
         return globals()[name] if name in _WRITES else atomic
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["DIR_MODE", "FILE_MODE", "append_at", "append_line", "chmod", "fsync_dir",
            "fsync_file", "holds_modes", "is_dir", "iter_lines", "link", "list_names", "lstat",
-           "makedirs", "open_lock", "own_dirs", "read_bounded", "read_head", "read_prefix",
-           "read_span", "rename", "rmdir", "set_recorder", "storage_errors", "unlink",
-           "write_atomic", "write_new"]
+           "makedirs", "move_new", "open_lock", "own_dirs", "read_bounded", "read_head",
+           "read_prefix", "read_span", "rename", "rmdir", "set_recorder", "storage_errors",
+           "unlink", "write_atomic", "write_new"]

@@ -295,6 +295,20 @@ def _names(path: str) -> tuple[str, str]:
     return names
 
 
+def move_new(src: str, dst: str, *, durable: bool = True) -> None:
+    """Move ``src`` to the name ``dst``, never replacing anything there (FileExistsError if
+    ``dst`` exists): ``write_atomic``'s create-if-absent (``_create``: a hard link, then
+    ``src`` unlinked; where there are no hard links, ``dst`` claimed ``O_EXCL`` and ``src``
+    renamed over the claim), then both directories fsynced. How the repair gate puts a
+    quarantined file back (``_repair.put_back``)."""
+    with storage_errors(dst, "rename"):
+        _create(src, dst)
+    if durable:
+        _w.fsync_dir(os.path.dirname(dst))
+        if os.path.dirname(src) != os.path.dirname(dst):
+            _w.fsync_dir(os.path.dirname(src))
+
+
 def _create(tmp: str, path: str) -> None:
     """The written temp file under the name ``path``, failing if ``path`` exists (a create
     that must not overwrite): a hard link, or where there are none a claim (``_Steps``)."""
@@ -319,4 +333,4 @@ def _atomicwriter(path: str, data: bytes, overwrite: bool, durable: bool
     return final, writer.directory
 
 
-__all__ = ["write_atomic"]
+__all__ = ["move_new", "write_atomic"]
