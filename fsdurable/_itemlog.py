@@ -272,10 +272,15 @@ def read_items(path: str, view: ItemView, lo: int, hi: int, max_frame: int) -> l
     return out
 
 
+def same_log(view: ItemView | None, ref: dict[str, Any]) -> bool:
+    """Is ``view`` of the log ``ref`` names (its number and generation), however long?"""
+    return (view is not None and view.n == ref["n"]
+            and ("gen" not in ref or view.gen == ref["gen"]))
+
+
 def named(view: ItemView | None, ref: dict[str, Any]) -> bool:
     """Is ``view`` the log ``ref`` names, holding at least what its document has seen?"""
-    return (view is not None and view.n == ref["n"] and view.end >= ref["at"]
-            and ("gen" not in ref or view.gen == ref["gen"]))
+    return same_log(view, ref) and view is not None and view.end >= ref["at"]
 
 
 def check(path: str, ref: dict[str, Any], max_frame: int) -> ItemView:
@@ -293,7 +298,7 @@ def short(path: str, view: ItemView | None, ref: dict[str, Any]) -> UnreadableSt
     """The error of a log that is not (yet) what its document names."""
     if view is None:
         got = "missing"
-    elif view.n != ref["n"] or ("gen" in ref and view.gen != ref["gen"]):
+    elif not same_log(view, ref):
         got = "another log under its name"
     else:
         got = f"valid to byte {view.end}"
@@ -329,6 +334,7 @@ __all__ = [
     "read_items",
     "ref_of",
     "refs",
+    "same_log",
     "scan",
     "short",
 ]

@@ -25,7 +25,7 @@ import attrs
 from . import _fsio, _repair
 from ._codec import parse_session
 from ._errors import ConflictError, FsDurableError, InvalidState, SessionNotFound, StorageError
-from ._itemlog import header_line, log_name, named, refs, scan
+from ._itemlog import header_line, log_name, named, refs, same_log, scan
 from ._layout import validate_session_id
 from ._model import Session
 from ._names import classify
@@ -164,32 +164,32 @@ def restore_log(store: Store, q: Quarantined) -> Session:
     if sid is None:
         raise InvalidState(f"{q.name} names no session in its header", path=q.path,
                            reason="not_restorable")
-    hdr, _, st = header_line(q.path)
-    if hdr.get("session_id") != sid:
-        raise InvalidState(f"{q.name} is a log of session {hdr.get('session_id')!r}, not "
-                           f"{sid!r}", session_id=sid, path=q.path, reason="not_named")
     with store.commit_lock(sid):
         s = store.load(sid)
-        ref = next((r for r in refs(s).values() if r["n"] == hdr["n"]
-                    and ("gen" not in r or r["gen"] == hdr.get("gen"))), None)
-        if ref is None:
-            raise InvalidState(
-                f"{q.name} is log {hdr['n']} of session {sid!r}, which its document does not "
-                "name: nothing would read it", session_id=sid, path=q.path, reason="not_named")
-        dest = _put_log_back(store, sid, q, ref, st)
+        dest = _put_log_back(store, s, q)
     store.emit(RESTORED, session_id=sid, path=q.path, version=s.version, kind=q.kind,
                cause=q.reason, moved_to=dest)
     return s
 
 
-def _put_log_back(store: Store, sid: str, q: Quarantined, ref: dict[str, Any],
-                  st: os.stat_result) -> str:
-    """Move ``q`` to the place of the log ``ref`` names (the caller holds the commit lock).
+def _put_log_back(store: Store, s: Session, q: Quarantined) -> str:
+    """Move the item log ``q`` (its header names session ``s``: ``parse_name``) to the place
+    of the log of ``s``'s document it is (the caller holds the commit lock); where it went.
     A symlink (or a file) in place of ``history/`` or ``history/<id>/`` is refused before
     anything there is read or moved (UnreadableState ``not_a_directory``)."""
-    cap = store.config.max_file_bytes
+    sid, cap = s.id, store.config.max_file_bytes
     _fsio.own_dirs(store.layout.history, store.layout.history_dir(sid))
-    if not named(scan(q.path, None, cap), ref):
+    st = _fsio.lstat(q.path)
+    view = scan(q.path, None, cap) if st is not None else None
+    if st is None or view is None:
+        raise SessionNotFound(f"{q.name} left quarantine/ meanwhile: nothing restored",
+                              session_id=sid, path=q.path, reason="missing")
+    ref = next((r for r in refs(s).values() if same_log(view, r)), None)
+    if ref is None:
+        raise InvalidState(f"{q.name} is log {view.n} of session {sid!r}, which its document "
+                           "does not name: nothing would read it", session_id=sid,
+                           path=q.path, reason="not_named")
+    if not named(view, ref):
         raise InvalidState(f"{q.name} holds less than session {sid!r}'s document has seen "
                            f"(byte {ref['at']})", session_id=sid, path=q.path,
                            reason="log_short")
@@ -218,36 +218,20 @@ def _put_log_back(store: Store, sid: str, q: Quarantined, ref: dict[str, Any],
 
 
 def _logs_back(store: Store, s: Session) -> list[str]:
-    """The item logs restored with the document ``s`` (each one it names that is not in place
-    and sits in ``quarantine/``, holding all ``s`` has seen): where each went."""
-    try:
-        want = list(refs(s).values())
-    except FsDurableError:  # a malformed reference: the document reads as corrupt; no guess
-        return []
-    cap = store.config.max_file_bytes
-    out: list[str] = []
-    try:  # a symlinked history dir: nothing read through it (the session waits, as it would)
+    """The item logs restored with the document ``s``: each of its logs in ``quarantine/``
+    that it names, holding all it has seen, and not in place already. Where each went."""
+    try:  # a malformed reference, a symlinked history dir: nothing guessed, nothing read
+        refs(s)
         _fsio.own_dirs(store.layout.history, store.layout.history_dir(s.id))
         quarantined = [q for q in listing(store) if q.kind == _LOG_KIND and q.session_id == s.id]
     except (OSError, FsDurableError):
-        return out
-    for ref in want:
-        path = os.path.join(store.layout.history_dir(s.id), log_name(ref["n"]))
+        return []
+    out: list[str] = []
+    for q in quarantined:
         try:
-            if named(scan(path, None, cap), ref):
-                continue
+            out.append(_put_log_back(store, s, q))
         except (OSError, FsDurableError):
-            pass
-        for q in quarantined:
-            try:
-                hdr, _, st = header_line(q.path)
-                if hdr.get("session_id") != s.id or hdr["n"] != ref["n"] or (
-                        "gen" in ref and hdr.get("gen") != ref["gen"]):
-                    continue
-                out.append(_put_log_back(store, s.id, q, ref, st))
-                break
-            except (OSError, FsDurableError):
-                continue  # not this one (short, moved meanwhile): the next candidate
+            continue  # not one it names, short, in place already, moved meanwhile
     return out
 
 
