@@ -17,10 +17,15 @@ library's own. ``tests/test_jsoncopy.py`` pins this against the standard library
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from math import isfinite
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
+
+from ._errors import InvalidState
+
+_T = TypeVar("_T")
 
 # nesting past this goes to the standard library (orjson refuses to write past 254 levels)
 _DEPTH = 200
@@ -78,4 +83,19 @@ def json_loads(data: bytes, *, stdlib: bool) -> Any:
     return json.loads(data) if stdlib else orjson.loads(data)
 
 
-__all__ = ["json_bytes", "json_copy", "json_loads"]
+def typed(fn: Callable[[Any], _T], value: Any, what: str, session_id: str | None = None) -> _T:
+    """``fn(value)`` (``json_copy``, ``json_bytes``) with its refusals as InvalidState:
+    ``not_json`` (the standard library's TypeError or ValueError: not JSON) or ``too_deep``
+    (nested deeper than Python can walk) — a bad value is a typed error, never a crash.
+    ``what``: what the value is, for the message."""
+    try:
+        return fn(value)
+    except (TypeError, ValueError) as e:
+        raise InvalidState(f"{what} is not JSON: {e}", session_id=session_id,
+                           reason="not_json") from e
+    except RecursionError as e:
+        raise InvalidState(f"{what} is nested too deep to store", session_id=session_id,
+                           reason="too_deep") from e
+
+
+__all__ = ["json_bytes", "json_copy", "json_loads", "typed"]

@@ -33,7 +33,7 @@ from ._itemlog import (
     scan,
     short,
 )
-from ._jsoncopy import json_bytes, json_copy
+from ._jsoncopy import json_bytes, json_copy, typed
 from ._model import Session, adapter_ns, with_adapter_ns
 
 if TYPE_CHECKING:
@@ -86,29 +86,14 @@ def with_record(s: Session, *, seen: dict[str, Any] | None = None, **changes: An
 
 def _json(value: Any, what: str, sid: str) -> Any:
     """A JSON copy of ``value`` (what SQLiteSession stores: ``_jsoncopy``, the standard
-    library's copy, by orjson where that is the same); InvalidState if it is not JSON
-    (``not_json``) or nested deeper than Python can walk (``too_deep``)."""
-    try:
-        return json_copy(value)
-    except (TypeError, ValueError) as e:
-        raise InvalidState(f"{what} of session {sid!r} is not JSON: {e}", session_id=sid,
-                           reason="not_json") from e
-    except RecursionError as e:  # nested deeper than Python can walk
-        raise InvalidState(f"{what} of session {sid!r} is nested too deep to store",
-                           session_id=sid, reason="too_deep") from e
+    library's copy, by orjson where that is the same); InvalidState (``_jsoncopy.typed``)."""
+    return typed(json_copy, value, f"{what} of session {sid!r}", sid)
 
 
 def _encoded(items: Sequence[Item], sid: str) -> tuple[bytes, bool]:
     """The items' JSON array, as ``_json`` would copy them, and whether the standard library
-    wrote it (``_jsoncopy.json_bytes``); InvalidState if not JSON (``not_json``, ``too_deep``)."""
-    try:
-        return json_bytes(list(items))
-    except (TypeError, ValueError) as e:
-        raise InvalidState(f"an item of session {sid!r} is not JSON: {e}", session_id=sid,
-                           reason="not_json") from e
-    except RecursionError as e:  # nested deeper than Python can walk
-        raise InvalidState(f"an item of session {sid!r} is nested too deep to store",
-                           session_id=sid, reason="too_deep") from e
+    wrote it (``_jsoncopy.json_bytes``); InvalidState (``_jsoncopy.typed``)."""
+    return typed(json_bytes, list(items), f"an item of session {sid!r}", sid)
 
 
 class Items:

@@ -30,8 +30,8 @@ import orjson
 from . import _fsio
 from ._aio import run_sync
 from ._async import StoreLike, as_store
-from ._errors import InvalidState, SessionNotFound, UnreadableState
-from ._jsoncopy import json_bytes, json_copy, json_loads
+from ._errors import SessionNotFound, UnreadableState
+from ._jsoncopy import json_bytes, json_copy, json_loads, typed
 from ._layout import new_id
 from ._model import Session
 from ._recordcodec import newer_format
@@ -71,7 +71,7 @@ class FileSessionStore:
     async def append(self, key: Any, entries: list[Any]) -> None:
         if not entries:
             return
-        copy = _json_copy(list(entries))  # the standard library's copy (_jsoncopy)
+        copy = typed(json_copy, list(entries), "a transcript entry")  # (_jsoncopy)
         await run_sync(self._append, dict(key), copy)
 
     async def load(self, key: Any) -> list[Any] | None:
@@ -205,7 +205,7 @@ class FileSessionStore:
         64 bits, a lone surrogate, nesting past orjson's limit — the standard library's,
         marked ``"stdlib": true`` so a reader parses it with the standard library too)."""
         path = self.store.layout.entry(KEY, batch)
-        data, stdlib = _json_bytes(entries)
+        data, stdlib = typed(json_bytes, entries, "a transcript entry")
         doc: dict[str, Any] = {"format": BATCH_FORMAT, "id": batch}
         if stdlib:
             doc["stdlib"] = True
@@ -244,28 +244,6 @@ class FileSessionStore:
             raise UnreadableState(f"transcript batch {batch!r} is unreadable"
                                   f"{' (written by a newer fsdurable)' * newer}: {e}", path=path,
                                   reason="needs_newer" if newer else "unreadable") from e
-
-
-def _json_copy(entries: list[Any]) -> Any:
-    """``json_copy`` of the entries; InvalidState (``not_json``, ``too_deep``) if they are
-    not JSON or nested deeper than Python can walk."""
-    try:
-        return json_copy(entries)
-    except (TypeError, ValueError) as e:
-        raise InvalidState(f"a transcript entry is not JSON: {e}", reason="not_json") from e
-    except RecursionError as e:
-        raise InvalidState("a transcript entry is nested too deep to store",
-                           reason="too_deep") from e
-
-
-def _json_bytes(entries: list[Any]) -> tuple[bytes, bool]:
-    """``json_bytes`` of the entries (a copy ``_json_copy`` made: JSON already), with its
-    errors as ``_json_copy``'s."""
-    try:
-        return json_bytes(entries)
-    except RecursionError as e:
-        raise InvalidState("a transcript entry is nested too deep to store",
-                           reason="too_deep") from e
 
 
 def _ms(s: Session | None) -> int:
