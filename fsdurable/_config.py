@@ -82,6 +82,15 @@ class Config(Record):
     # log is that node's to prune.
     event_retention: float = 90 * DAY
 
+    # Default 30 s: a routine line of the event log (turn_started, turn_completed: each restates
+    # a commit already durable in its session) is appended without an fsync of its own; the
+    # next decision's event fsyncs it, and so does the next routine line once the oldest one
+    # waiting is this old. A power cut loses at most that stretch of routine lines, never a
+    # turn or a decision (the kernel's own writeback of a dirty page is 30 s too). Shorter
+    # fsyncs the log once a turn again: its page written to storage each turn (an SD card's
+    # wear, a chat's time; docs/events.md). 0 fsyncs every line.
+    event_note_fsync_after: float = 30.0
+
     # Default 1 h: an unreferenced history segment (docs/storage.md) younger than this is never
     # removed by `doctor --repair`: a commit of this node may have written it and be about to
     # rename the document that names it (a removal then would leave that document short).
@@ -134,6 +143,9 @@ class Config(Record):
                              f"{self.archive_retention!r}")
         if self.event_retention <= 0:
             raise ValueError(f"event_retention must be > 0, got {self.event_retention!r}")
+        if not self.event_note_fsync_after >= 0:  # NaN too
+            raise ValueError(f"event_note_fsync_after must be >= 0, got "
+                             f"{self.event_note_fsync_after!r}")
         if self.inline_tail_bytes < 0 or self.inline_tail_values < 0:
             raise ValueError("inline_tail_bytes and inline_tail_values must be >= 0, got "
                              f"{self.inline_tail_bytes!r}, {self.inline_tail_values!r}")

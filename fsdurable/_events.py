@@ -10,8 +10,9 @@ node moves its own into ``@legacy/`` at its first append.
 
 Every decision recovery makes, every quarantine and every repair is an event: nothing surprising
 happens silently. Events are appended durably (fsync) and fanned out to in-process subscribers;
-one that restates a commit already durable (``turn_started``) is appended with ``note``, its
-fsync left to the log's next durable append (docs/events.md, "When a line is fsynced").
+one that restates a commit already durable (``turn_started``, ``turn_completed``) is appended
+with ``note``, its fsync left to the log's next durable append or to the next note once it has
+waited ``Config.event_note_fsync_after`` (docs/events.md, "When a line is fsynced").
 An event that cannot be written is never dropped silently: the subscribers still get it, it is
 logged (``logging``, logger ``fsdurable``) and kept in memory, and written before the next event.
 An appender always starts on a fresh line (a torn tail stays one bad line). A directory of the log
@@ -100,7 +101,8 @@ class EventLog:
 
     def __init__(self, directory: str, node_id: str, *, durable: bool = True,
                  max_file_bytes: int = 64 * 1024 * 1024,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 note_fsync_after: float = 30.0) -> None:
         self.directory = directory
         self.node_id = node_id
         self._durable = durable
@@ -112,7 +114,10 @@ class EventLog:
         self._made: set[str] = set()  # directories this process made or checked
         self._node_dir: str | None = None
         self._unwritten: collections.deque[Event] = collections.deque()
-        self._unsynced: set[str] = set()  # day files a ``note`` appended to, not fsynced yet
+        # day files a ``note`` appended to, not fsynced yet: when (``clock``) the oldest line
+        # left unsynced was appended
+        self._unsynced: dict[str, float] = {}
+        self._note_fsync_after = note_fsync_after
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
         """Call ``fn(event)`` for each event this process emits; returns an unsubscribe function."""
@@ -145,11 +150,14 @@ class EventLog:
              reason: str | None = None, **detail: Any) -> Event:
         """``emit`` for an event that restates a commit already durable in its session
         (``turn_started``: the document in progress names the turn, its driver, run and
-        attempt): appended without an fsync of its own; the next durable append of this log
-        (the turn's end, any ``emit``) fsyncs its file. A process that dies loses nothing (the
-        line is in the page cache); a power cut before that fsync may lose the line, never the
-        turn (its marker and session are durable). The one page the line shares with the
-        turn's last event is then written once, not twice (docs/events.md)."""
+        attempt; ``turn_completed``: the document says the turn ended, its reply in its
+        history): appended without an fsync of its own. The next durable append of this log
+        (any ``emit``: a decision) fsyncs its file, and so does the next ``note`` once the
+        oldest line left unsynced has waited ``note_fsync_after`` seconds. A process that dies
+        loses nothing (the line is in the page cache); a power cut before that fsync may lose
+        the line, never the turn (its marker and session are durable). The page the lines of
+        a stretch of turns share is then written to storage once, not once a turn
+        (docs/events.md)."""
         return self._emit(code, session_id, turn_id, reason, detail, durable=False)
 
     def _emit(self, code: str, session_id: str | None, turn_id: str | None,
@@ -164,8 +172,7 @@ class EventLog:
                     head = self._unwritten[0]
                     self._append(head, durable=durable or head is not ev)
                     self._unwritten.popleft()
-                if durable:
-                    self._sync_unsynced()
+                self._sync_unsynced(all_=durable)
             except (FsDurableError, OSError) as e:
                 failure = e
                 while len(self._unwritten) > MAX_UNWRITTEN:
@@ -195,22 +202,30 @@ class EventLog:
                                 day_of(ev.at) + ".jsonl")
             left = _fsio.append_line(path, line, durable=self._durable, lazy=not durable)
         if left:
-            self._unsynced.add(path)
+            self._unsynced.setdefault(path, ev.at)
         else:  # fsynced: whatever a note left in this file is durable with it
-            self._unsynced.discard(path)
+            self._unsynced.pop(path, None)
 
-    def _sync_unsynced(self) -> None:
-        """fsync the day files ``note`` appended to since (a file pruned meanwhile is gone). A
-        refusal (EIO) is logged and the file kept for the next durable append: the event that
-        asked is written, and a note's line is only as durable as the page cache until then."""
-        for path in list(self._unsynced):
+    def _sync_unsynced(self, *, all_: bool) -> None:
+        """fsync the day files ``note`` appended to since (a file pruned meanwhile is gone):
+        every one (``all_``: a durable append), else those whose oldest unsynced line has
+        waited ``note_fsync_after`` (or whose time is ahead of the clock: a clock set back
+        never holds a line back longer). A refusal (EIO) is logged and the file kept for the
+        next append: the event that asked is written, and a note's line is only as durable as
+        the page cache until then."""
+        if not self._unsynced:
+            return
+        now = self._clock()
+        for path, since in list(self._unsynced.items()):
+            if not all_ and since <= now < since + self._note_fsync_after:
+                continue
             try:
                 _fsio.fsync_file(path)
             except (FsDurableError, OSError) as e:
                 _warn(f"the event log file {path} could not be fsynced ({e}); retried with the "
                       "next event")
                 continue
-            self._unsynced.discard(path)
+            self._unsynced.pop(path, None)
 
     def _dir(self, parent: str, name: str) -> str:
         """``parent/name`` made (0700), or ``parent/name.alt`` if that is a symlink or a file."""

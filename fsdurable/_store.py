@@ -154,7 +154,8 @@ class Store:
             from . import _events as ev
 
             self._log = ev.EventLog(self.layout.events, self.node_id, durable=self._durable,
-                                    max_file_bytes=self.config.max_file_bytes, clock=self.clock)
+                                    max_file_bytes=self.config.max_file_bytes, clock=self.clock,
+                                    note_fsync_after=self.config.event_note_fsync_after)
         return self._log
 
     def emit(self, code: str, **kw: Any) -> Event | None:
@@ -167,7 +168,8 @@ class Store:
 
     def _note(self, code: str, **kw: Any) -> Event | None:
         """``emit`` for an event restating a commit already durable (``EventLog.note``: its
-        line is fsynced with the log's next durable event, not on its own)."""
+        line is fsynced with the log's next durable event, or with a later note once it has
+        waited ``Config.event_note_fsync_after``, not on its own)."""
         try:
             return self.log.note(code, **kw)
         except (OSError, FsDurableError):

@@ -55,7 +55,7 @@ def begin_turn(self: Store, session_id: str, content: str | None = None, *, role
         return change(new) if change is not None else new
 
     s = self.patch(session_id, start)
-    # the document just committed says what this event says: fsynced with the turn's end
+    # the document just committed says what this event says: a note (``EventLog.note``)
     self._note(ev.TURN_STARTED, session_id=s.id, turn_id=tid, **(detail or {}))
     return s
 
@@ -84,7 +84,8 @@ def end_turn(self: Store, session: Session, reply: str | None = None) -> Session
                     *((Message("assistant", reply),) if reply is not None else ()))
     s = self.commit(evolve(session, in_progress=False, turn=None, messages=msgs),
                     session.version)
-    self.emit(ev.TURN_COMPLETED, session_id=s.id, turn_id=turn.id)
+    # the document just committed says the turn ended: its line is a note, as turn_started's
+    self._note(ev.TURN_COMPLETED, session_id=s.id, turn_id=turn.id)
     return s
 
 def cancel(self: Store, session_id: str, *, turn_id: str | None = None) -> Session:

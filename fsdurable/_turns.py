@@ -388,9 +388,12 @@ class TurnRun:
             finally:
                 if self.status is not None or self._cancelled.is_set():
                     self.release()
-        self.store.emit(code, session_id=self.session_id, turn_id=self.turn_id, reason=reason,
-                        status=status, driver=self.driver, run_id=self.run_id,
-                        attempt_id=self.attempt_id, **detail)
+        # turn_completed restates the commit just made (a note: EventLog.note); a pause or a
+        # failure is a decision, fsynced as it is appended
+        say = self.store._note if code == ev.TURN_COMPLETED else self.store.emit
+        say(code, session_id=self.session_id, turn_id=self.turn_id, reason=reason,
+            status=status, driver=self.driver, run_id=self.run_id, attempt_id=self.attempt_id,
+            **detail)
         if doubt:
             self.store.emit(ev.REVIEW_REQUIRED, session_id=self.session_id,
                             turn_id=self.turn_id, reason=status, calls=doubt)

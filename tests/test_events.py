@@ -199,18 +199,72 @@ def _ops(store: Store, fn: Any) -> list[tuple[str, str]]:
     return got
 
 
-def test_turn_started_is_fsynced_with_the_turns_end_not_on_its_own(store: Store) -> None:
-    # issue 18: the turn_started line and the turn's last event share a page of the day file;
-    # fsynced apart, the page went to storage twice a turn (one fsync more, too)
+def test_a_turns_lines_are_notes_fsynced_by_the_next_decision(store: Store) -> None:
+    # issue 18: turn_started and turn_completed restate commits durable in the session; fsynced
+    # each turn, the day file's page went to storage once a turn (one fsync more, too)
     sid = store.create("s").id
     store.end_turn(store.begin_turn(sid, "hi"), "there")  # the day file exists from here
     box: dict[str, Any] = {}
     begun = _ops(store, lambda: box.setdefault("s", store.begin_turn(sid, "again")))
     assert begun == [("append", "s")]  # written (a dead process loses nothing), not fsynced
-    assert [e.code for e in store.events(sid)][-1] == "turn_started"
     ended = _ops(store, lambda: store.end_turn(box["s"], "ok"))
-    assert ended == [("append", "s"), ("fsync", "s")]  # one fsync covers both lines
-    assert store.log._unsynced == set()
+    assert ended == [("append", "s")]
+    assert [e.code for e in store.events(sid)][-2:] == ["turn_started", "turn_completed"]
+    assert set(store.log._unsynced) == {_files_of_session(store, sid)}
+    # a decision fsyncs what the notes left: one fsync for the stretch of turns
+    s = store.begin_turn(sid, "third")
+    assert _ops(store, lambda: store.cancel(sid)) == [("append", "s"), ("fsync", "s")]
+    assert store.log._unsynced == {}
+    assert s.turn is not None
+
+
+def _files_of_session(store: Store, sid: str) -> str:
+    [path] = [os.path.join(d, n) for d, _, names in os.walk(store.layout.events)
+              for n in names if os.path.basename(d) == sid]
+    return path
+
+
+def test_a_note_that_waited_long_enough_is_fsynced_by_the_next_note(root: Path) -> None:
+    # the bound on what a power cut can take: once the oldest unsynced line has waited
+    # Config.event_note_fsync_after, the next note fsyncs the file (this line with it)
+    now = [T0]
+    store = Store(root, node_id="n1", clock=lambda: now[0],
+                  config=Config(event_note_fsync_after=30.0))
+    sid = store.create("s").id
+    store.end_turn(store.begin_turn(sid, "hi"), "there")
+    store.log._sync_unsynced(all_=True)
+    box: dict[str, Any] = {}
+    now[0] += 10
+    assert _ops(store, lambda: box.setdefault("s", store.begin_turn(sid, "a"))) == [
+        ("append", "s")]
+    now[0] += 29  # 29 s after the oldest unsynced line: not yet
+    assert _ops(store, lambda: store.end_turn(box["s"], "b")) == [("append", "s")]
+    now[0] += 1  # 30 s
+    assert _ops(store, lambda: box.update(s=store.begin_turn(sid, "c"))) == [
+        ("append", "s"), ("fsync", "s")]
+    assert store.log._unsynced == {}
+    now[0] -= 3600  # a clock set back never holds a line back longer
+    assert _ops(store, lambda: store.end_turn(box["s"], "d")) == [("append", "s")]
+    assert _ops(store, lambda: box.update(s=store.begin_turn(sid, "e"))) == [
+        ("append", "s")]
+    now[0] -= 1
+    assert _ops(store, lambda: store.end_turn(box["s"], "f")) == [
+        ("append", "s"), ("fsync", "s")]
+
+
+def test_event_note_fsync_after_zero_fsyncs_every_line(root: Path) -> None:
+    store = Store(root, node_id="n1", config=Config(event_note_fsync_after=0))
+    sid = store.create("s").id
+    store.end_turn(store.begin_turn(sid, "hi"), "there")
+    box: dict[str, Any] = {}
+    assert _ops(store, lambda: box.setdefault("s", store.begin_turn(sid, "a"))) == [
+        ("append", "s"), ("fsync", "s")]
+    assert _ops(store, lambda: store.end_turn(box["s"], "b")) == [
+        ("append", "s"), ("fsync", "s")]
+    with pytest.raises(ValueError, match="event_note_fsync_after"):
+        Config(event_note_fsync_after=-1)
+    with pytest.raises(ValueError, match="event_note_fsync_after"):
+        Config(event_note_fsync_after=float("nan"))
 
 
 def test_a_noted_line_in_another_file_is_fsynced_by_the_next_durable_event(
@@ -231,4 +285,4 @@ def test_a_noted_event_that_creates_its_file_is_durable_at_once(store: Store) ->
     # a new day file: its directory entry must last too, so nothing is left for later
     assert _ops(store, lambda: store.log.note("noted", session_id="n")) == [
         ("append", "n"), ("fsync", "n")]
-    assert store.log._unsynced == set()
+    assert store.log._unsynced == {}

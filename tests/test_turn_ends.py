@@ -141,3 +141,33 @@ def test_a_graph_failing_while_a_parallel_tool_call_is_out_parks_it(tmp_path: Pa
     assert not s.in_progress and not st.interrupted()
     [q] = _queued(st, "t1")
     assert (q["tool"], q["arguments"]) == ("charge", {"amount": 5})
+
+
+@pytest.mark.parametrize("end", ["end", "fail", "pause"])
+def test_only_a_completed_turns_line_waits_for_its_fsync(st: Store, end: str) -> None:
+    # issue 18: turn_completed restates the commit that ended the turn (a note, fsynced with
+    # the next decision); a failure or a pause is a decision of its own, fsynced at once
+    from fsdurable import _fsio
+
+    st.create("s1")
+    TurnRun.begin(st, "s1", "warm the day file", driver="loop", attended=True).end()
+    r = TurnRun.begin(st, "s1", "hi", driver="loop", attended=True)
+    ops: list[str] = []
+
+    def rec(op: str, args: tuple[Any, ...]) -> None:
+        if op in ("append", "fsync") and "events" in str(args[0]):
+            ops.append(op)
+
+    old = _fsio.set_recorder(rec)
+    try:
+        if end == "end":
+            r.end(reply="hello")
+        elif end == "fail":
+            r.fail(RuntimeError("boom"))
+        else:
+            r.pause(why="approval")
+    finally:
+        _fsio.set_recorder(old)
+    assert ops == (["append"] if end == "end" else ["append", "fsync"])
+    code = {"end": ev.TURN_COMPLETED, "fail": ev.TURN_FAILED, "pause": ev.TURN_PAUSED}[end]
+    assert st.events("s1")[-1].code == code

@@ -709,7 +709,8 @@ def explore(rec: Recording, *, exhaustive: bool = False, stop_at_first: bool = F
                     flushes=rec.flushes)
     if stop_at_first and report.violations:
         return report
-    model = FsModel(rec.root, rec.snap)
+    # the event log's day files vary jointly (fsmodel: a note leaves lines to a later fsync)
+    model = FsModel(rec.root, rec.snap, together=("events" + os.sep,))
     with tempfile.TemporaryDirectory(dir=SHM, prefix="fsd-crash-") as tmp:
         where_root = os.path.join(tmp, "state")
         states = distinct_crash_states(model, rec.ops,

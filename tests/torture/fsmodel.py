@@ -13,6 +13,13 @@ enumerates the on-disk states a power cut may leave:
 
 The number of subsets of pending directory operations is bounded: all of them while there are at
 most ``max_subset_ops`` pending, else every prefix, every leave-one-out and "only this one".
+
+Files with data not fsynced vary one at a time (the others whole or empty) when there are more
+than two. Files under a ``together`` prefix (the explorer's: ``events/``, whose lines a note
+leaves to a later fsync, and no invariant ties one day file to another) vary jointly instead:
+each variant (lines lost, cut, torn with zeros) in every such file at once, the other files
+whole; and the other files' variants with those whole. Their own per-file variation adds no
+state an invariant can tell apart, and one file each per session would multiply the states.
 """
 
 from __future__ import annotations
@@ -136,8 +143,10 @@ def snapshot(root: str) -> Snapshot:
 class FsModel:
     """Replays recorded operations below ``root``; ignores everything outside it."""
 
-    def __init__(self, root: str, snap: Snapshot | None = None) -> None:
+    def __init__(self, root: str, snap: Snapshot | None = None, *,
+                 together: tuple[str, ...] = ()) -> None:
         self.root = os.path.realpath(root)
+        self.together = together  # relative path prefixes whose files vary jointly
         self.inodes: dict[int, Inode] = {}
         self.live: dict[str, int] = {}  # the namespace the running process sees
         self.durable: dict[str, int] = {}  # the namespace that survives a crash for sure
@@ -271,8 +280,11 @@ class FsModel:
             dirs = set(self.durable_dirs)
             for o in applied:
                 _apply(ns, dirs, o)
-            unsynced = sorted({ino for ino in ns.values() if self.inodes[ino].pending
-                               or self.inodes[ino].before is not None})
+            dirty = sorted({ino for ino in ns.values() if self.inodes[ino].pending
+                            or self.inodes[ino].before is not None})
+            joint = {ino for p, ino in ns.items() if ino in dirty and p.startswith(self.together)
+                     } if self.together else set()
+            unsynced = [i for i in dirty if i not in joint]
             per_file = [[(str(i), v) for v in content_variants(self.inodes[i], exhaustive)]
                         for i in unsynced]
             combos: list[tuple[tuple[str, tuple[str, bytes]], ...]]
@@ -285,6 +297,14 @@ class FsModel:
                         combos.append(tuple(v if i == j else per_file[i][-2]
                                             for i in range(len(unsynced))))
                 combos.append(tuple(pf[0] for pf in per_file))
+            if joint:  # the joint files whole beside each combo, then each of their variants
+                logs = [[(str(i), v) for v in content_variants(self.inodes[i], exhaustive)]
+                        for i in sorted(joint)]
+                whole = tuple(vs[-2] if len(vs) > 1 else vs[0] for vs in logs)
+                rest = tuple(pf[-2] if len(pf) > 1 else pf[0] for pf in per_file)
+                combos = [c + whole for c in combos] + [
+                    rest + tuple(vs[min(k, len(vs) - 1)] for vs in logs)
+                    for k in range(max(len(vs) for vs in logs))]
             for combo in combos:
                 chosen = {int(i): data for i, (_, data) in combo}
                 files = {p: chosen.get(ino, self.inodes[ino].durable) for p, ino in ns.items()}
