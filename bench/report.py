@@ -621,15 +621,22 @@ def notes(data: dict[str, Any]) -> str:
         if st and t is not None and not t["met"]:
             over = st["cold_start"]["over_interpreter_ms"]
             name = "cli" if key.startswith("cli_interrupted") else "cli_recover_dry_run"
+            ratios = st["cold_start"]["ratios"]
+            fc = ratios.get("floor_cli_vs_floor")
+            floor_cli = "" if fc is None else (
+                f" The floor as an installed command (`floor_cli`: pip's console-script wrapper "
+                f"around the floor's listing, printed as the same kind of indented JSON document) "
+                f"adds {over['floor_cli']:.1f} ms, {x(fc)} the floor script in the same rounds; "
+                f"the CLI is {x(st['cold_start']['ratios_vs_floor_cli'][name + '_vs_floor_cli'])}"
+                " that command.")
             out.append(
                 f"- **{what}** is {x(t['value'])} the floor script (target {t['target']}): it "
                 f"adds {over.get(name, float('nan')):.1f} ms to the bare interpreter against "
                 f"the floor's {over['floor']:.1f} ms and fsdurable's {over['fsdurable']:.1f} ms "
-                "for the same listing. Beyond the library's own start (above), the CLI's: the "
-                "console script pip writes (it compiles a regular expression), the dispatcher "
-                "and the recovery commands (`fsdurable/cli/`, parsed without argparse), the "
-                "gates, this machine's node id and the indented JSON document "
-                "(tests/test_startup_imports.py lists the modules this path must not load).")
+                "for the same listing." + floor_cli + " Beyond the library's own start "
+                "(above), the CLI's: the dispatcher and the recovery commands (`fsdurable/cli/`, "
+                "parsed without argparse), the gates that judge each turn, this machine's node "
+                "id (tests/test_startup_imports.py lists the modules this path must not load).")
     di = data.get("discovery")
     if di and not di["targets"]["vs_floor_at_largest_n"]["met"]:
         text = (

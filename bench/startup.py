@@ -14,7 +14,9 @@ uses the current interpreter and says so. Figures:
    ratios is reported (with the ratio of the medians): ``python -c pass`` (the interpreter alone:
    what the floor contains), the floor script (one ``os.scandir`` of ``markers/``, each marker
    read with ``json``, ids printed), the same through fsdurable, ``fsdurable interrupted --json``,
-   ``fsdurable recover --dry-run --json``, and plain ``sqlite3`` with an index (connect + the
+   ``fsdurable recover --dry-run --json``, the floor as an installed command (``floor_cli``: pip's
+   console-script wrapper around the floor's listing, printed as an indented JSON document: the
+   floor for the CLI rows), and plain ``sqlite3`` with an index (connect + the
    indexed SELECT). The peers a user would otherwise pick run in the CURRENT interpreter (they are
    not in the clean venv; its own ``python -c pass`` is measured beside them): LangGraph's
    ``SqliteSaver`` opening its database and listing its threads with pending writes, and the
@@ -58,6 +60,55 @@ rows = db.execute("SELECT id, turn_id, node_id, checkpoint_at, resume_attempts F
                   " WHERE in_progress = 1").fetchall()
 sys.stdout.write(json.dumps(sorted(r[0] for r in rows)) + "\\n")
 """
+
+# The floor as a command a user installs: pip's console-script wrapper (the same text pip writes
+# for `fsdurable`: it imports re and strips a suffix from argv[0]) around a stdlib module that
+# parses the same arguments, lists markers/ and prints the listing as an indented JSON document.
+# What any Python CLI pays over a `python -c` script, measured rather than argued.
+FLOOR_CLI_WRAPPER = """\
+#!{python}
+# -*- coding: utf-8 -*-
+import re
+import sys
+from fsdurable_floor_cli import main
+if __name__ == '__main__':
+    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
+    sys.exit(main())
+"""
+
+FLOOR_CLI_MODULE = """\
+import json, os, sys
+
+
+def main():
+    args = sys.argv[1:]
+    root = args[args.index("--root") + 1]
+    if "interrupted" not in args or "--json" not in args:
+        sys.stderr.write("usage: --root ROOT interrupted --json\\n")
+        return 2
+    d = os.path.join(root, "markers")
+    out = []
+    for e in os.scandir(d):
+        with open(e.path, "rb") as f:
+            out.append(json.loads(f.read()))
+    out.sort(key=lambda m: m["session_id"])
+    print(json.dumps({"interrupted": out}, indent=2, ensure_ascii=False), flush=True)
+    return 1 if out else 0
+"""
+
+
+def floor_cli_command(python: str, where: str) -> list[str]:
+    """Write the floor's console script (``FLOOR_CLI_WRAPPER``) and its module into ``where``;
+    return the command that runs it, as a shell runs an installed script (its shebang)."""
+    os.makedirs(where, exist_ok=True)
+    with open(os.path.join(where, "fsdurable_floor_cli.py"), "w") as f:
+        f.write(FLOOR_CLI_MODULE)
+    script = os.path.join(where, "fsdurable-floor")
+    with open(script, "w") as f:
+        f.write(FLOOR_CLI_WRAPPER.replace("{python}", python))
+    os.chmod(script, 0o755)
+    return [script]
+
 
 FSDURABLE_SCRIPT = """\
 import sys
@@ -156,6 +207,8 @@ def cold_start(python: str, root: str, sqlite_db: str, env: dict[str, str], reps
         "floor": [python, "-c", FLOOR_SCRIPT, root],
         "fsdurable": [python, "-c", FSDURABLE_SCRIPT, root],
         "cli": [*cli_command(python), "--root", root, "interrupted", "--json"],
+        "floor_cli": [*floor_cli_command(python, os.path.join(cwd, "floor-cli")), "--root", root,
+                      "interrupted", "--json"],
         "cli_recover_dry_run": [*cli_command(python), "--root", root, "recover", "--dry-run",
                                 "--json"],
         "sqlite": [python, "-c", SQLITE_SCRIPT, sqlite_db],
@@ -167,7 +220,7 @@ def cold_start(python: str, root: str, sqlite_db: str, env: dict[str, str], reps
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=cwd)
         outputs[name] = p.stdout
         ok = p.returncode in (0, 1)  # the CLI exits 1 when it found interrupted turns...
-        if ok and name.startswith("cli"):
+        if ok and name.startswith(("cli", "floor_cli")):
             try:  # ... and on an error: only a JSON answer is a run worth timing
                 json.loads(p.stdout)
             except ValueError:
@@ -177,8 +230,10 @@ def cold_start(python: str, root: str, sqlite_db: str, env: dict[str, str], reps
                 raise RuntimeError(f"{name} failed ({p.returncode}): {p.stderr[-2000:]}")
             skipped[name] = f"exit {p.returncode}: {p.stderr.strip()[-300:]}"
             del cmds[name]
+    floor_cli_ids = sorted(m["session_id"]
+                           for m in json.loads(outputs["floor_cli"])["interrupted"])
     if not json.loads(outputs["floor"]) == json.loads(outputs["fsdurable"]) == \
-            json.loads(outputs["sqlite"]):
+            json.loads(outputs["sqlite"]) == floor_cli_ids:
         raise AssertionError("the floor, fsdurable and sqlite scripts disagree")
     samples: dict[str, list[float]] = {k: [] for k in cmds}
     for _ in range(reps):
@@ -191,8 +246,13 @@ def cold_start(python: str, root: str, sqlite_db: str, env: dict[str, str], reps
     floor = samples["floor"]
     paired = {f"{k}_vs_floor": statistics.median(a / b for a, b in zip(v, floor, strict=True))
               for k, v in samples.items() if k not in ("floor",)}
+    # the CLI rows against the floor as an installed command, paired the same way
+    vs_floor_cli = {f"{k}_vs_floor_cli": statistics.median(
+        a / b for a, b in zip(samples[k], samples["floor_cli"], strict=True))
+        for k in samples if k.startswith("cli")}
     return {
         "root": root, "command": {k: " ".join(v) for k, v in cmds.items()},
+        "ratios_vs_floor_cli": vs_floor_cli,
         "results": res,
         "skipped": skipped,
         "ratios": paired,  # median over rounds of (contender / floor) in the same round
