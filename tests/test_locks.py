@@ -278,3 +278,37 @@ def test_the_commit_path_never_imports_portalocker_on_posix(root: Path) -> None:
         assert "portalocker" not in sys.modules, "portalocker imported"
     """)
     subprocess.run([PYTHON, "-c", code], env=subprocess_env(), timeout=60, check=True)
+
+
+def test_ctrl_c_as_a_commit_hold_is_recorded_gives_the_lock_back(root: Path) -> None:
+    """A KeyboardInterrupt raised the moment the commit lock is taken, as the hold is recorded
+    (a signal handler runs at the next C call: the record's ``set.add``), is a commit that never
+    began: the lock is given back and the thread's record forgets it. The lock stayed taken by
+    the interrupted hold, so the session's next commit from any thread of the process waited its
+    whole timeout, and this thread's record said "held": its next commit skipped the lock."""
+    st = Store(root)
+    st.create("s")
+
+    class Trap(set[str]):
+        def add(self, key: str) -> None:
+            super().add(key)
+            raise KeyboardInterrupt  # what SIGINT's handler raises after the call returns
+
+    st._held.ids = Trap()
+    st._held.pid = os.getpid()
+    with pytest.raises(KeyboardInterrupt), st.commit_lock("s"):
+        raise AssertionError("entered")
+    assert "s" not in st._held.ids
+    got: list[object] = []
+
+    def other() -> None:
+        try:
+            with st.commit_lock("s", timeout=0.5):
+                got.append("locked")
+        except LockTimeout as e:
+            got.append(e)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join(30)
+    assert got == ["locked"]
