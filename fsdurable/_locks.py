@@ -208,7 +208,10 @@ def acquire(path: str, kind: str, key: str, timeout: float, poll: float = 0.002,
         _FILES[path] = f  # the most recently used last
         f.users += 1
     start = None
+    close = False
     try:
+        # (an interrupt the moment the threads' lock is taken, before its result is stored, is
+        # CPython's own window, as in ``with threading.Lock()``: no code can tell it apart)
         if not f.mu.acquire(False):
             start = time.monotonic()
             if not f.mu.acquire(True, min(max(timeout, 0.0), threading.TIMEOUT_MAX)):
@@ -226,10 +229,17 @@ def acquire(path: str, kind: str, key: str, timeout: float, poll: float = 0.002,
                     delay = min(delay * 2, 0.05)
                     busy = _try_lock(f.fh)
         except BaseException:
+            # an interrupt may have come as ``flock`` returned (a handler runs after the C
+            # call): give back a file lock it may have taken. Holding the threads' lock, no
+            # other thread holds one on this file; unlocking none is a no-op
+            try:
+                _unlock(f.fh)
+            except Exception:  # closing the file releases it for sure
+                close = True
             f.mu.release()
             raise
     except BaseException:
-        _release(f)
+        _release(f, close=close)
         raise
     return f
 

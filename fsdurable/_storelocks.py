@@ -83,8 +83,10 @@ class _CommitHold:
     def __exit__(self, *exc: object) -> None:
         f, self.f = self.f, None
         if f is not None:
-            self.held.discard(self.key)
-            release(f)
+            try:
+                self.held.discard(self.key)
+            finally:  # Ctrl-C as the record forgets the hold: the lock is given back still
+                release(f)
 
 
 __all__ = ["commit_lock", "lock"]

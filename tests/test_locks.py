@@ -312,3 +312,63 @@ def test_ctrl_c_as_a_commit_hold_is_recorded_gives_the_lock_back(root: Path) -> 
     t.start()
     t.join(30)
     assert got == ["locked"]
+
+
+def test_ctrl_c_as_a_commit_hold_is_given_back_still_gives_the_lock_back(root: Path) -> None:
+    """The same instant at the other end: a KeyboardInterrupt as the record forgets the hold
+    (its ``set.discard``) still releases the lock. It was lost with the hold: the session's next
+    commit from another thread of the process waited its whole timeout."""
+    st = Store(root)
+    st.create("s")
+
+    class Trap(set[str]):
+        def discard(self, key: str) -> None:
+            super().discard(key)
+            raise KeyboardInterrupt
+
+    st._held.ids = Trap()
+    st._held.pid = os.getpid()
+    with pytest.raises(KeyboardInterrupt), st.commit_lock("s"):
+        pass
+    got: list[object] = []
+
+    def other() -> None:
+        try:
+            with st.commit_lock("s", timeout=0.5):
+                got.append("locked")
+        except LockTimeout as e:
+            got.append(e)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join(30)
+    assert got == ["locked"]
+
+
+def test_ctrl_c_as_the_flock_is_taken_leaves_no_flock(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A KeyboardInterrupt the moment ``flock`` returns (a handler runs after the C call) is an
+    acquire that failed: the file lock is given back. It stayed on the cached lock file, so
+    every other process waited for that lock until this one exited."""
+    import fcntl
+
+    locks = _locks.Locks(str(tmp_path / "locks"))
+    path = locks.path("route", "r")
+    real = _locks._try_lock
+
+    def taken_then_interrupted(fh: object) -> BaseException | None:
+        assert real(fh) is None
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_locks, "_try_lock", taken_then_interrupted)
+    with pytest.raises(KeyboardInterrupt), locks.hold("route", "r", timeout=1):
+        raise AssertionError("entered")
+    monkeypatch.setattr(_locks, "_try_lock", real)
+    fd = os.open(path, os.O_RDWR)  # another open file: as another process sees the lock
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError while it is held
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+    with locks.hold("route", "r", timeout=1):  # and this process takes it again
+        pass
