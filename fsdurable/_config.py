@@ -82,13 +82,14 @@ class Config(Record):
     # log is that node's to prune.
     event_retention: float = 90 * DAY
 
-    # Default 30 s: a routine line of the event log (turn_started, turn_completed: each restates
-    # a commit already durable in its session) is appended without an fsync of its own; the
-    # next decision's event fsyncs it, and so does the next routine line once the oldest one
-    # waiting is this old. A power cut loses at most that stretch of routine lines, never a
-    # turn or a decision (the kernel's own writeback of a dirty page is 30 s too). Shorter
-    # fsyncs the log once a turn again: its page written to storage each turn (an SD card's
-    # wear, a chat's time; docs/events.md). 0 fsyncs every line.
+    # Default 30 s: a routine line of the event log (turn_started, and turn_completed of a
+    # turn that completed: each restates a commit already durable in its session) is appended
+    # without an fsync of its own; the next decision's event fsyncs it, and so does the next
+    # routine line once the oldest one waiting is this old (no timer: an idle process leaves
+    # its last lines to the kernel's writeback, on Linux dirty pages older than 30 s). A power
+    # cut may take those routine lines, never a turn or a decision. Shorter fsyncs the log once
+    # a turn again: its page written to storage each turn (an SD card's wear, a chat's time;
+    # docs/events.md). 0 fsyncs every line.
     event_note_fsync_after: float = 30.0
 
     # Default 1 h: an unreferenced history segment (docs/storage.md) younger than this is never

@@ -388,9 +388,11 @@ class TurnRun:
             finally:
                 if self.status is not None or self._cancelled.is_set():
                     self.release()
-        # turn_completed restates the commit just made (a note: EventLog.note); a pause or a
-        # failure is a decision, fsynced as it is appended
-        say = self.store._note if code == ev.TURN_COMPLETED else self.store.emit
+        # a completion restates the commit just made (a note: EventLog.note); a pause, a failure
+        # or an end for another reason (a step limit: the document records no status, the line
+        # is the only record of why the turn stopped) is a decision, fsynced as it is appended
+        plain = code == ev.TURN_COMPLETED and status == "completed"
+        say = self.store._note if plain else self.store.emit
         say(code, session_id=self.session_id, turn_id=self.turn_id, reason=reason,
             status=status, driver=self.driver, run_id=self.run_id, attempt_id=self.attempt_id,
             **detail)

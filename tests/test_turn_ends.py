@@ -143,10 +143,12 @@ def test_a_graph_failing_while_a_parallel_tool_call_is_out_parks_it(tmp_path: Pa
     assert (q["tool"], q["arguments"]) == ("charge", {"amount": 5})
 
 
-@pytest.mark.parametrize("end", ["end", "fail", "pause"])
+@pytest.mark.parametrize("end", ["end", "step_limit", "fail", "pause"])
 def test_only_a_completed_turns_line_waits_for_its_fsync(st: Store, end: str) -> None:
     # issue 18: turn_completed restates the commit that ended the turn (a note, fsynced with
-    # the next decision); a failure or a pause is a decision of its own, fsynced at once
+    # the next decision); a failure or a pause is a decision of its own, fsynced at once, and
+    # so is a turn ended for another reason (the loop's step limit, a host's status): the
+    # document records no status, so the line is the only record of why the turn stopped
     from fsdurable import _fsio
 
     st.create("s1")
@@ -162,6 +164,8 @@ def test_only_a_completed_turns_line_waits_for_its_fsync(st: Store, end: str) ->
     try:
         if end == "end":
             r.end(reply="hello")
+        elif end == "step_limit":
+            r.end(status="step_limit")
         elif end == "fail":
             r.fail(RuntimeError("boom"))
         else:
@@ -169,5 +173,6 @@ def test_only_a_completed_turns_line_waits_for_its_fsync(st: Store, end: str) ->
     finally:
         _fsio.set_recorder(old)
     assert ops == (["append"] if end == "end" else ["append", "fsync"])
-    code = {"end": ev.TURN_COMPLETED, "fail": ev.TURN_FAILED, "pause": ev.TURN_PAUSED}[end]
+    code = {"end": ev.TURN_COMPLETED, "step_limit": ev.TURN_COMPLETED, "fail": ev.TURN_FAILED,
+            "pause": ev.TURN_PAUSED}[end]
     assert st.events("s1")[-1].code == code
