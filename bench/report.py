@@ -624,8 +624,9 @@ def notes(data: dict[str, Any]) -> str:
             ratios = st["cold_start"]["ratios"]
             fc = ratios.get("floor_cli_vs_floor")
             floor_cli = "" if fc is None else (
-                f" The floor as an installed command (`floor_cli`: pip's console-script wrapper "
-                f"around the floor's listing, printed as the same kind of indented JSON document) "
+                " The floor as an installed command (`floor_cli`: a copy of the console script "
+                "the installer wrote for `fsdurable`, importing the floor's listing instead, "
+                "printed as the same kind of indented JSON document) "
                 f"adds {over['floor_cli']:.1f} ms, {x(fc)} the floor script in the same rounds; "
                 f"the CLI is {x(st['cold_start']['ratios_vs_floor_cli'][name + '_vs_floor_cli'])}"
                 " that command.")

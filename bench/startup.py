@@ -14,11 +14,12 @@ uses the current interpreter and says so. Figures:
    ratios is reported (with the ratio of the medians): ``python -c pass`` (the interpreter alone:
    what the floor contains), the floor script (one ``os.scandir`` of ``markers/``, each marker
    read with ``json``, ids printed), the same through fsdurable, ``fsdurable interrupted --json``,
-   ``fsdurable recover --dry-run --json``, the floor as an installed command (``floor_cli``: pip's
-   console-script wrapper around the floor's listing, printed as an indented JSON document: the
-   floor for the CLI rows), and plain ``sqlite3`` with an index (connect + the
-   indexed SELECT). The peers a user would otherwise pick run in the CURRENT interpreter (they are
-   not in the clean venv; its own ``python -c pass`` is measured beside them): LangGraph's
+   ``fsdurable recover --dry-run --json``, the floor as an installed command (``floor_cli``: a copy
+   of the console script the installer wrote for ``fsdurable``, importing the floor's listing,
+   printed as an indented JSON document: the floor for the CLI rows), and plain ``sqlite3`` with
+   an index (connect + the indexed SELECT). The peers a user would otherwise pick run in the
+   CURRENT interpreter (they are not in the clean venv; its own ``python -c pass`` is measured
+   beside them): LangGraph's
    ``SqliteSaver`` opening its database and listing its threads with pending writes, and the
    OpenAI Agents SDK's ``SQLiteSession`` opening its database and reading one session's items.
 3. growth: ``store.interrupted()`` with 10 interrupted turns over 1,000 ... 100,000 sessions,
@@ -61,21 +62,11 @@ rows = db.execute("SELECT id, turn_id, node_id, checkpoint_at, resume_attempts F
 sys.stdout.write(json.dumps(sorted(r[0] for r in rows)) + "\\n")
 """
 
-# The floor as a command a user installs: pip's console-script wrapper (the same text pip writes
-# for `fsdurable`: it imports re and strips a suffix from argv[0]) around a stdlib module that
-# parses the same arguments, lists markers/ and prints the listing as an indented JSON document.
-# What any Python CLI pays over a `python -c` script, measured rather than argued.
-FLOOR_CLI_WRAPPER = """\
-#!{python}
-# -*- coding: utf-8 -*-
-import re
-import sys
-from fsdurable_floor_cli import main
-if __name__ == '__main__':
-    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])
-    sys.exit(main())
-"""
-
+# The floor as a command a user installs: the console-script wrapper the installer wrote for
+# `fsdurable` (its text copied, only its import changed; pip's imports re and strips a suffix
+# from argv[0]) around a stdlib module that parses the same arguments, lists markers/ and prints
+# the listing as an indented JSON document. What any Python CLI pays over a `python -c` script,
+# measured rather than argued.
 FLOOR_CLI_MODULE = """\
 import json, os, sys
 
@@ -94,18 +85,31 @@ def main():
     out.sort(key=lambda m: m["session_id"])
     print(json.dumps({"interrupted": out}, indent=2, ensure_ascii=False), flush=True)
     return 1 if out else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
 """
 
 
-def floor_cli_command(python: str, where: str) -> list[str]:
-    """Write the floor's console script (``FLOOR_CLI_WRAPPER``) and its module into ``where``;
-    return the command that runs it, as a shell runs an installed script (its shebang)."""
+def floor_cli_command(python: str, where: str, cli: list[str]) -> list[str]:
+    """Write the floor's module (``FLOOR_CLI_MODULE``) into ``where``, and beside it a copy of
+    the installed ``fsdurable`` script (``cli``: ``cli_command``'s) that imports it instead;
+    return the command that runs it as ``cli`` runs (a shebang script, else ``python``)."""
     os.makedirs(where, exist_ok=True)
-    with open(os.path.join(where, "fsdurable_floor_cli.py"), "w") as f:
+    module = os.path.join(where, "fsdurable_floor_cli.py")
+    with open(module, "w") as f:
         f.write(FLOOR_CLI_MODULE)
+    if len(cli) != 1:  # no installed script (``python -m fsdurable``): no wrapper either
+        return [python, module]
+    with open(cli[0]) as f:
+        text = f.read()
+    wrapped = text.replace("from fsdurable.cli import main", "from fsdurable_floor_cli import main")
+    if wrapped == text or not text.startswith("#!"):
+        raise RuntimeError(f"{cli[0]} is not the console script this bench knows:\n{text[:500]}")
     script = os.path.join(where, "fsdurable-floor")
     with open(script, "w") as f:
-        f.write(FLOOR_CLI_WRAPPER.replace("{python}", python))
+        f.write(wrapped)
     os.chmod(script, 0o755)
     return [script]
 
@@ -207,8 +211,9 @@ def cold_start(python: str, root: str, sqlite_db: str, env: dict[str, str], reps
         "floor": [python, "-c", FLOOR_SCRIPT, root],
         "fsdurable": [python, "-c", FSDURABLE_SCRIPT, root],
         "cli": [*cli_command(python), "--root", root, "interrupted", "--json"],
-        "floor_cli": [*floor_cli_command(python, os.path.join(cwd, "floor-cli")), "--root", root,
-                      "interrupted", "--json"],
+        "floor_cli": [*floor_cli_command(python, os.path.join(cwd, "floor-cli"),
+                                         cli_command(python)),
+                      "--root", root, "interrupted", "--json"],
         "cli_recover_dry_run": [*cli_command(python), "--root", root, "recover", "--dry-run",
                                 "--json"],
         "sqlite": [python, "-c", SQLITE_SCRIPT, sqlite_db],

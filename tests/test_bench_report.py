@@ -43,8 +43,9 @@ def test_each_missed_target_of_a_part_gets_its_own_reason() -> None:
 
 
 def test_a_missed_cli_target_names_the_floor_as_an_installed_command() -> None:
-    """The CLI rows' miss is read against ``floor_cli`` (pip's console-script wrapper around the
-    floor's listing), measured in the same rounds, not against an argued cost of the wrapper."""
+    """The CLI rows' miss is read against ``floor_cli`` (the installed console script's wrapper
+    around the floor's listing), measured in the same rounds, not against an argued cost of the
+    wrapper."""
     over = {"python_alone": 0.0, "floor": 12.7, "fsdurable": 17.5, "cli": 20.6,
             "floor_cli": 13.1, "cli_recover_dry_run": 21.3}
     startup = {
