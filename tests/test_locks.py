@@ -280,6 +280,23 @@ def test_the_commit_path_never_imports_portalocker_on_posix(root: Path) -> None:
     subprocess.run([PYTHON, "-c", code], env=subprocess_env(), timeout=60, check=True)
 
 
+def _another_thread_commits(st: Store, sid: str) -> list[object]:
+    """Take ``sid``'s commit lock from another thread (0.5 s): ``["locked"]``, or the error."""
+    got: list[object] = []
+
+    def other() -> None:
+        try:
+            with st.commit_lock(sid, timeout=0.5):
+                got.append("locked")
+        except LockTimeout as e:
+            got.append(e)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join(30)
+    return got
+
+
 def test_ctrl_c_as_a_commit_hold_is_recorded_gives_the_lock_back(root: Path) -> None:
     """A KeyboardInterrupt raised the moment the commit lock is taken, as the hold is recorded
     (a signal handler runs at the next C call: the record's ``set.add``), is a commit that never
@@ -299,19 +316,7 @@ def test_ctrl_c_as_a_commit_hold_is_recorded_gives_the_lock_back(root: Path) -> 
     with pytest.raises(KeyboardInterrupt), st.commit_lock("s"):
         raise AssertionError("entered")
     assert "s" not in st._held.ids
-    got: list[object] = []
-
-    def other() -> None:
-        try:
-            with st.commit_lock("s", timeout=0.5):
-                got.append("locked")
-        except LockTimeout as e:
-            got.append(e)
-
-    t = threading.Thread(target=other)
-    t.start()
-    t.join(30)
-    assert got == ["locked"]
+    assert _another_thread_commits(st, "s") == ["locked"]
 
 
 def test_ctrl_c_as_a_commit_hold_is_given_back_still_gives_the_lock_back(root: Path) -> None:
@@ -330,19 +335,7 @@ def test_ctrl_c_as_a_commit_hold_is_given_back_still_gives_the_lock_back(root: P
     st._held.pid = os.getpid()
     with pytest.raises(KeyboardInterrupt), st.commit_lock("s"):
         pass
-    got: list[object] = []
-
-    def other() -> None:
-        try:
-            with st.commit_lock("s", timeout=0.5):
-                got.append("locked")
-        except LockTimeout as e:
-            got.append(e)
-
-    t = threading.Thread(target=other)
-    t.start()
-    t.join(30)
-    assert got == ["locked"]
+    assert _another_thread_commits(st, "s") == ["locked"]
 
 
 def test_ctrl_c_as_the_flock_is_taken_leaves_no_flock(tmp_path: Path,
