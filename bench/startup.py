@@ -206,16 +206,15 @@ def probe_imports(python: str, root: str, env: dict[str, str], reps: int,
 def cold_start(python: str, root: str, sqlite_db: str, env: dict[str, str], reps: int,
                cwd: str, peers: dict[str, list[str]]) -> dict[str, Any]:
     """Paired cold starts: every round runs each command once; ratios within each round."""
+    cli = cli_command(python)
     cmds = {
         "python_alone": [python, "-c", "pass"],
         "floor": [python, "-c", FLOOR_SCRIPT, root],
         "fsdurable": [python, "-c", FSDURABLE_SCRIPT, root],
-        "cli": [*cli_command(python), "--root", root, "interrupted", "--json"],
-        "floor_cli": [*floor_cli_command(python, os.path.join(cwd, "floor-cli"),
-                                         cli_command(python)),
+        "cli": [*cli, "--root", root, "interrupted", "--json"],
+        "floor_cli": [*floor_cli_command(python, os.path.join(cwd, "floor-cli"), cli),
                       "--root", root, "interrupted", "--json"],
-        "cli_recover_dry_run": [*cli_command(python), "--root", root, "recover", "--dry-run",
-                                "--json"],
+        "cli_recover_dry_run": [*cli, "--root", root, "recover", "--dry-run", "--json"],
         "sqlite": [python, "-c", SQLITE_SCRIPT, sqlite_db],
         **peers,
     }
@@ -239,7 +238,7 @@ def cold_start(python: str, root: str, sqlite_db: str, env: dict[str, str], reps
                            for m in json.loads(outputs["floor_cli"])["interrupted"])
     if not json.loads(outputs["floor"]) == json.loads(outputs["fsdurable"]) == \
             json.loads(outputs["sqlite"]) == floor_cli_ids:
-        raise AssertionError("the floor, fsdurable and sqlite scripts disagree")
+        raise AssertionError("the floor, fsdurable, sqlite and floor_cli listings disagree")
     samples: dict[str, list[float]] = {k: [] for k in cmds}
     for _ in range(reps):
         for name, cmd in cmds.items():

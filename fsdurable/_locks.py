@@ -208,7 +208,6 @@ def acquire(path: str, kind: str, key: str, timeout: float, poll: float = 0.002,
         _FILES[path] = f  # the most recently used last
         f.users += 1
     start = None
-    close = False
     try:
         # (an interrupt the moment the threads' lock is taken, before its result is stored, is
         # CPython's own window, as in ``with threading.Lock()``: no code can tell it apart)
@@ -216,30 +215,26 @@ def acquire(path: str, kind: str, key: str, timeout: float, poll: float = 0.002,
             start = time.monotonic()
             if not f.mu.acquire(True, min(max(timeout, 0.0), threading.TIMEOUT_MAX)):
                 raise _timeout(path, kind, key, timeout, session_id, " (by this process)")
-        try:
-            busy = _try_lock(f.fh)
-            if busy is not None:
-                deadline = (time.monotonic() if start is None else start) + timeout
-                delay = poll
-                while busy is not None:
-                    now = time.monotonic()
-                    if now >= deadline:
-                        raise _timeout(path, kind, key, timeout, session_id) from busy
-                    time.sleep(min(delay, deadline - now))
-                    delay = min(delay * 2, 0.05)
-                    busy = _try_lock(f.fh)
-        except BaseException:
-            # an interrupt may have come as ``flock`` returned (a handler runs after the C
-            # call): give back a file lock it may have taken. Holding the threads' lock, no
-            # other thread holds one on this file; unlocking none is a no-op
-            try:
-                _unlock(f.fh)
-            except Exception:  # closing the file releases it for sure
-                close = True
-            f.mu.release()
-            raise
     except BaseException:
-        _release(f, close=close)
+        _release(f)
+        raise
+    try:
+        busy = _try_lock(f.fh)
+        if busy is not None:
+            deadline = (time.monotonic() if start is None else start) + timeout
+            delay = poll
+            while busy is not None:
+                now = time.monotonic()
+                if now >= deadline:
+                    raise _timeout(path, kind, key, timeout, session_id) from busy
+                time.sleep(min(delay, deadline - now))
+                delay = min(delay * 2, 0.05)
+                busy = _try_lock(f.fh)
+    except BaseException:
+        # an interrupt may have come as ``flock`` returned (a handler runs after the C call):
+        # ``release`` gives back a file lock it may have taken (holding the threads' lock, no
+        # other thread holds one on this file; unlocking none is a no-op), then the rest
+        release(f)
         raise
     return f
 

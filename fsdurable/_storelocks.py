@@ -71,14 +71,14 @@ class _CommitHold:
         if key in held:  # re-entered by a patch that migrates or quarantines
             return
         t = store.config.commit_lock_timeout if self.timeout is None else self.timeout
-        f = acquire(store._lockdir().path("commit", key), "commit", key, t, session_id=self.sid)
+        self.f = acquire(store._lockdir().path("commit", key), "commit", key, t,
+                         session_id=self.sid)
+        self.held, self.key = held, key  # no call in between: no handler runs
         try:  # Ctrl-C as the hold is recorded (a handler runs after the C call): no commit began,
-            held.add(key)  # and ``__exit__`` never runs for an ``__enter__`` that raised
+            held.add(key)  # and ``with`` never calls ``__exit__`` for an ``__enter__`` that raised
         except BaseException:
-            held.discard(key)
-            release(f)
+            self.__exit__()
             raise
-        self.f, self.held, self.key = f, held, key  # no call in between: no handler runs
 
     def __exit__(self, *exc: object) -> None:
         f, self.f = self.f, None

@@ -391,8 +391,7 @@ class TurnRun:
         # a completion restates the commit just made (a note: EventLog.note); a pause, a failure
         # or an end for another reason (a step limit: the document records no status, the line
         # is the only record of why the turn stopped) is a decision, fsynced as it is appended
-        plain = code == ev.TURN_COMPLETED and status == "completed"
-        say = self.store._note if plain else self.store.emit
+        say = self.store._note if status == "completed" else self.store.emit
         say(code, session_id=self.session_id, turn_id=self.turn_id, reason=reason,
             status=status, driver=self.driver, run_id=self.run_id, attempt_id=self.attempt_id,
             **detail)
